@@ -1,0 +1,449 @@
+"""The bulk path: a whole segment's batches and records as columns, scanned in compiled code.
+
+Creating a Python object per record caps throughput near 30 MB/s; scanning into numpy arrays with
+numba-compiled loops reaches ~1.5 GB/s (see ``shared/guide/performance-notes.md``). Every bulk reader
+(verify, dump, consume of a range, compaction) goes through :func:`scan_segment`.
+
+Kernels are compiled with ``cache=True``: a cold compile costs seconds per process, a cached one a
+fraction of a second. ``NUMBA_CACHE_DIR`` must point at a writable directory where the package
+directory is not writable (Spark executors).
+
+Positions in :class:`RecordColumns` index into ``RecordColumns.data``: the file buffer itself when
+every batch is uncompressed v2, otherwise an arena holding each batch's decompressed records section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from kafkalog.errors import CorruptRecordError, InvalidRecordError
+from kafkalog.format import compression, legacy
+from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK
+from kafkalog.format.compression import CompressionType
+from kafkalog.format.crc import crc32, crc32c
+
+U8 = npt.NDArray[np.uint8]
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+_MIN_ENTRY_LENGTH = 14
+_MIN_RECORD_BYTES = 7  # length, attributes, ts delta, offset delta, key len, value len, header count
+
+# Error codes the record kernel returns (with the failing byte position).
+_OK, _E_EOF, _E_BODY, _E_HEADERS, _E_SIZE, _E_VARINT, _E_NULL_HEADER_KEY = range(7)
+_ERROR_TEXT = {
+    _E_EOF: "premature EOF in a record",
+    _E_BODY: "record body runs past the end of its batch",
+    _E_HEADERS: "invalid header count",
+    _E_SIZE: "record size does not match the bytes its fields take",
+    _E_VARINT: "varint longer than its type allows",
+    _E_NULL_HEADER_KEY: "invalid null header key",
+}
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _be32(buf: U8, p: int) -> int:
+    v = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _be64(buf: U8, p: int) -> int:
+    v = np.uint64(0)
+    for i in range(8):
+        v = (v << np.uint64(8)) | np.uint64(buf[p + i])
+    return np.int64(v)
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_entries(buf: U8, start: int, end: int) -> tuple[int, int, int]:
+    """(entries, valid end, bad position or -1) walking the offset/length envelope."""
+    pos = start
+    n = 0
+    while pos < end - 17:
+        length = _be32(buf, pos + 8)
+        if length < _MIN_ENTRY_LENGTH:
+            return n, pos, pos
+        if pos > end - 12 - length:
+            break
+        n += 1
+        pos += 12 + length
+    return n, pos, -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill_batches(buf: U8, start: int, count: int, cols: I64) -> None:
+    """Fill the batch columns (one row per field) for ``count`` entries starting at ``start``."""
+    pos = start
+    for i in range(count):
+        length = _be32(buf, pos + 8)
+        magic = np.int64(buf[pos + 16])
+        cols[0, i] = pos
+        cols[1, i] = 12 + length
+        cols[2, i] = _be64(buf, pos)
+        cols[4, i] = magic
+        if magic >= 2:
+            cols[3, i] = _be32(buf, pos + 23)
+            cols[5, i] = buf[pos + 22]
+            cols[6, i] = _be32(buf, pos + 17) & 0xFFFFFFFF
+            cols[7, i] = _be32(buf, pos + 57)
+            cols[8, i] = _be64(buf, pos + 27)
+            cols[9, i] = _be64(buf, pos + 35)
+            cols[10, i] = _be64(buf, pos + 43)
+            hi = np.int64(buf[pos + 51])
+            cols[11, i] = ((hi << 8) | buf[pos + 52]) - (65536 if hi >= 128 else 0)
+            cols[12, i] = _be32(buf, pos + 53)
+            cols[13, i] = _be32(buf, pos + 12)
+        else:
+            cols[3, i] = 0
+            cols[5, i] = buf[pos + 17]
+            cols[6, i] = _be32(buf, pos + 12) & 0xFFFFFFFF
+            cols[7, i] = -1
+            ts = np.int64(-1)
+            if magic == 1 and length >= 14:
+                ts = _be64(buf, pos + 18)
+            cols[8, i] = ts
+            cols[9, i] = ts
+            cols[10, i] = -1
+            cols[11, i] = -1
+            cols[12, i] = -1
+            cols[13, i] = -1
+        pos += 12 + length
+
+
+_BATCH_FIELDS = ("position", "size", "base_offset", "last_offset_delta", "magic", "attributes", "crc",
+                 "records_count", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
+                 "base_sequence", "partition_leader_epoch")
+
+
+@dataclass(frozen=True)
+class BatchColumns:
+    """Header fields of every complete entry of a buffer, one array per field (int64).
+
+    For legacy entries ``base_offset`` is the entry's offset (a wrapper's last inner offset),
+    ``records_count`` is -1 and the producer fields are -1.
+    """
+
+    position: I64
+    size: I64
+    base_offset: I64
+    last_offset_delta: I64
+    magic: I64
+    attributes: I64
+    crc: I64
+    records_count: I64
+    base_timestamp: I64
+    max_timestamp: I64
+    producer_id: I64
+    producer_epoch: I64
+    base_sequence: I64
+    partition_leader_epoch: I64
+    valid_end: int  # where the last complete entry ends; bytes beyond are a torn tail
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+    @property
+    def last_offset(self) -> I64:
+        return self.base_offset + self.last_offset_delta
+
+
+def as_array(buf: bytes | bytearray | memoryview | U8) -> U8:
+    if isinstance(buf, np.ndarray):
+        return buf
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def scan_batches(buf: bytes | bytearray | memoryview | U8, start: int = 0, end: int | None = None,
+                 where: str = "") -> BatchColumns:
+    """Frame every entry of a ``.log`` buffer (``FileLogInputStream`` rules) and read its header.
+
+    Raises :class:`CorruptRecordError` on a length field below 14 (a zero-filled or garbage region);
+    an incomplete final entry just ends the scan (``valid_end`` says where).
+    """
+    arr = as_array(buf)
+    end = len(arr) if end is None else end
+    count, valid_end, bad = _count_entries(arr, start, end)
+    if bad >= 0:
+        raise CorruptRecordError(
+            f"{where}record size {_be32_py(arr, bad + 8)} at byte {bad} is smaller than the minimum "
+            f"record overhead ({_MIN_ENTRY_LENGTH})"
+        )
+    cols = np.empty((len(_BATCH_FIELDS), count), dtype=np.int64)
+    _fill_batches(arr, start, count, cols)
+    return BatchColumns(*cols, valid_end=int(valid_end))  # type: ignore[arg-type]
+
+
+def _be32_py(arr: U8, p: int) -> int:
+    return int.from_bytes(bytes(arr[p:p + 4]), "big", signed=True)
+
+
+def find_corrupt_batch(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
+                       where: str = "") -> str | None:
+    """Check magic, size and CRC of every entry; describe the first failure, or None."""
+    view = memoryview(as_array(buf))
+    for i in range(len(batches)):
+        pos, size, magic = int(batches.position[i]), int(batches.size[i]), int(batches.magic[i])
+        offset = int(batches.base_offset[i])
+        if magic > 2 or magic < 0:
+            return f"{where}invalid magic {magic} in the entry at byte {pos} (offset {offset})"
+        if magic == 2:
+            if size < RECORD_BATCH_OVERHEAD:
+                return f"{where}batch at byte {pos} (offset {offset}) is {size} bytes, below the 61-byte header"
+            computed = crc32c(view[pos + 21:pos + size])
+        else:
+            overhead = 12 + (legacy.RECORD_OVERHEAD_V0 if magic == 0 else legacy.RECORD_OVERHEAD_V1)
+            if size < overhead:
+                return f"{where}legacy entry at byte {pos} (offset {offset}) is {size} bytes, too small"
+            computed = crc32(view[pos + 16:pos + size])
+        if computed != int(batches.crc[i]):
+            return (f"{where}record is corrupt at byte {pos} (offset {offset}): "
+                    f"stored crc = {int(batches.crc[i])}, computed crc = {computed}")
+    return None
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _varint(buf: U8, p: int, end: int, max_bytes: int) -> tuple[int, int, int]:
+    """(value, next position, error code)."""
+    u = np.uint64(0)
+    shift = np.uint64(0)
+    for _ in range(max_bytes):
+        if p >= end:
+            return 0, p, _E_EOF
+        b = buf[p]
+        p += 1
+        u |= np.uint64(b & 0x7F) << shift
+        if b < 0x80:
+            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), p, _OK
+        shift += np.uint64(7)
+    return 0, p, _E_VARINT
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_records(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_offset: I64,
+                  base_ts: I64, log_append: npt.NDArray[np.bool_], max_ts: I64, out: I64,
+                  out32: I32) -> tuple[int, int, int]:
+    """Decode every record of every section into ``out``/``out32``; (error, batch, byte) on failure.
+
+    ``out`` rows: offset, timestamp, key_pos, value_pos, headers_pos, record_pos.
+    ``out32`` rows: batch_index, key_len, value_len, headers_count, record_size.
+    """
+    r = 0
+    for b in range(len(sec_start)):
+        p = sec_start[b]
+        end = sec_end[b]
+        for _ in range(counts[b]):
+            rec_start = p
+            body_len, p, err = _varint(data, p, end, 5)
+            if err != _OK:
+                return err, b, p
+            body_end = p + body_len
+            if body_len < 0 or body_end > end:
+                return _E_BODY, b, p
+            p += 1
+            ts_delta, p, err = _varint(data, p, body_end, 10)
+            if err != _OK:
+                return err, b, p
+            off_delta, p, err = _varint(data, p, body_end, 5)
+            if err != _OK:
+                return err, b, p
+            key_len, p, err = _varint(data, p, body_end, 5)
+            if err != _OK:
+                return err, b, p
+            key_pos = p
+            if key_len > 0:
+                p += key_len
+            if p > body_end:
+                return _E_EOF, b, p
+            value_len, p, err = _varint(data, p, body_end, 5)
+            if err != _OK:
+                return err, b, p
+            value_pos = p
+            if value_len > 0:
+                p += value_len
+            if p > body_end:
+                return _E_EOF, b, p
+            n_headers, p, err = _varint(data, p, body_end, 5)
+            if err != _OK:
+                return err, b, p
+            if n_headers < 0 or n_headers > body_end - p:
+                return _E_HEADERS, b, p
+            headers_pos = p
+            for _h in range(n_headers):
+                hk, p, err = _varint(data, p, body_end, 5)
+                if err != _OK:
+                    return err, b, p
+                if hk < 0:
+                    return _E_NULL_HEADER_KEY, b, p
+                p += hk
+                if p > body_end:
+                    return _E_EOF, b, p
+                hv, p, err = _varint(data, p, body_end, 5)
+                if err != _OK:
+                    return err, b, p
+                if hv > 0:
+                    p += hv
+                if p > body_end:
+                    return _E_EOF, b, p
+            if p != body_end:
+                return _E_SIZE, b, p
+            out[0, r] = base_offset[b] + off_delta
+            out[1, r] = max_ts[b] if log_append[b] else base_ts[b] + ts_delta
+            out[2, r] = key_pos
+            out[3, r] = value_pos
+            out[4, r] = headers_pos
+            out[5, r] = rec_start
+            out32[0, r] = b
+            out32[1, r] = key_len
+            out32[2, r] = value_len
+            out32[3, r] = n_headers
+            out32[4, r] = p - rec_start
+            r += 1
+        if p != end:
+            return _E_SIZE, b, p
+    return _OK, -1, -1
+
+
+@dataclass(frozen=True)
+class RecordColumns:
+    """Every record of a segment as columns; positions index into ``data``."""
+
+    data: U8
+    batch_index: I32
+    offset: I64
+    timestamp: I64
+    key_pos: I64
+    key_len: I32  # -1: null key
+    value_pos: I64
+    value_len: I32  # -1: null value (a tombstone)
+    headers_pos: I64
+    headers_count: I32
+    record_pos: I64
+    record_size: I32
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def key(self, i: int) -> bytes | None:
+        n = int(self.key_len[i])
+        return None if n < 0 else self.data[self.key_pos[i]:self.key_pos[i] + n].tobytes()
+
+    def value(self, i: int) -> bytes | None:
+        n = int(self.value_len[i])
+        return None if n < 0 else self.data[self.value_pos[i]:self.value_pos[i] + n].tobytes()
+
+    def header_keys(self, i: int) -> list[str]:
+        from kafkalog.format.varint import decode_varint
+
+        keys = []
+        p, end = int(self.headers_pos[i]), int(self.record_pos[i] + self.record_size[i])
+        view = memoryview(self.data)
+        for _ in range(int(self.headers_count[i])):
+            n, p = decode_varint(view, p, end)
+            keys.append(view[p:p + n].tobytes().decode("utf-8", "replace"))
+            p += n
+            n, p = decode_varint(view, p, end)
+            p += max(n, 0)
+        return keys
+
+
+def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
+                 where: str = "") -> RecordColumns:
+    """Decode every record of every entry in ``batches`` with Kafka's read-time validation."""
+    arr = as_array(buf)
+    magic = batches.magic
+    if len(batches) and int(magic.min()) < 2:
+        return _legacy_records(arr, batches, where)
+    codec = batches.attributes & 0x07
+    sec_start = batches.position + RECORD_BATCH_OVERHEAD
+    sec_end = batches.position + batches.size
+    data = arr
+    if len(batches) and codec.any():
+        data, sec_start, sec_end = _decompress_sections(arr, batches, codec, where)
+    counts = batches.records_count
+    if len(batches) and (counts < 0).any():
+        i = int(np.argmax(counts < 0))
+        raise InvalidRecordError(f"{where}batch at byte {int(batches.position[i])} has a negative record count")
+    too_many = counts * _MIN_RECORD_BYTES > (sec_end - sec_start)
+    if too_many.any():
+        i = int(np.argmax(too_many))
+        raise InvalidRecordError(
+            f"{where}batch at byte {int(batches.position[i])} (offset {int(batches.base_offset[i])}): "
+            f"incorrect declared batch size, {int(counts[i])} records cannot fit in "
+            f"{int(sec_end[i] - sec_start[i])} bytes"
+        )
+    total = int(counts.sum())
+    out = np.empty((6, total), dtype=np.int64)
+    out32 = np.empty((5, total), dtype=np.int32)
+    log_append = (batches.attributes & TIMESTAMP_TYPE_MASK) != 0
+    err, b, p = _scan_records(data, sec_start, sec_end, counts, batches.base_offset,
+                              batches.base_timestamp, log_append, batches.max_timestamp, out, out32)
+    if err != _OK:
+        raise InvalidRecordError(
+            f"{where}batch at byte {int(batches.position[b])} (offset {int(batches.base_offset[b])}): "
+            f"{_ERROR_TEXT.get(err, 'invalid record')} (at byte {p} of the records section)"
+            if data is not arr else
+            f"{where}batch at byte {int(batches.position[b])} (offset {int(batches.base_offset[b])}): "
+            f"{_ERROR_TEXT.get(err, 'invalid record')} at byte {p}"
+        )
+    return RecordColumns(data, out32[0], out[0], out[1], out[2], out32[1], out[3], out32[2], out[4],
+                         out32[3], out[5], out32[4])
+
+
+def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
+                         where: str) -> tuple[U8, I64, I64]:
+    """Build an arena of every batch's (decompressed) records section."""
+    view = memoryview(arr)
+    parts: list[bytes | memoryview] = []
+    starts = np.empty(len(batches), dtype=np.int64)
+    ends = np.empty(len(batches), dtype=np.int64)
+    cursor = 0
+    for i in range(len(batches)):
+        pos, size = int(batches.position[i]), int(batches.size[i])
+        section = view[pos + RECORD_BATCH_OVERHEAD:pos + size]
+        kind = int(codec[i])
+        if kind:
+            try:
+                section = compression.decompress(CompressionType(kind), section)
+            except (InvalidRecordError, ValueError) as exc:
+                raise InvalidRecordError(f"{where}batch at byte {pos}: {exc}") from exc
+        starts[i] = cursor
+        cursor += len(section)
+        ends[i] = cursor
+        parts.append(section)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), starts, ends
+
+
+def _legacy_records(arr: U8, batches: BatchColumns, where: str) -> RecordColumns:
+    """v0/v1 segments (read-only, rare): decode in Python into the same columns."""
+    view = memoryview(arr)
+    parts: list[bytes] = []
+    rows: list[tuple[int, int, int, int, int, int, int]] = []
+    cursor = 0
+    for b in range(len(batches)):
+        pos = int(batches.position[b])
+        if int(batches.magic[b]) >= 2:
+            raise InvalidRecordError(f"{where}v2 batch at byte {pos} mixed into a legacy segment is not supported")
+        entry = legacy.parse_entry(view, pos, where=where)
+        for _message, record in legacy.inner_records(view, entry, where):
+            key_pos = cursor
+            key_len = -1 if record.key is None else len(record.key)
+            parts.append(record.key or b"")
+            cursor += max(key_len, 0)
+            value_pos = cursor
+            value_len = -1 if record.value is None else len(record.value)
+            parts.append(record.value or b"")
+            cursor += max(value_len, 0)
+            rows.append((b, record.offset, record.timestamp, key_pos, key_len, value_pos, value_len))
+    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
+    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    n = len(table)
+    zeros32 = np.zeros(n, dtype=np.int32)
+    return RecordColumns(data, table[:, 0].astype(np.int32), table[:, 1].copy(), table[:, 2].copy(),
+                         table[:, 3].copy(), table[:, 4].astype(np.int32), table[:, 5].copy(),
+                         table[:, 6].astype(np.int32), np.zeros(n, dtype=np.int64), zeros32,
+                         table[:, 3].copy(), zeros32.copy())

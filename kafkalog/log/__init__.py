@@ -1,0 +1,1 @@
+"""Files on disk: segments, indexes, checkpoints, config, locking and the log store."""

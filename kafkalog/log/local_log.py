@@ -1,0 +1,407 @@
+"""One partition's log: its segments in one directory (``LocalLog`` plus the append/roll/read parts
+of ``UnifiedLog``).
+
+Opening is Kafka's load (spec §11.2): temporary swap files are resolved, index files without a
+``.log`` removed, segments whose index is missing or fails its sanity check recovered, and the
+unflushed tail (past the recovery point) re-validated and cut at the first invalid batch. A
+read-only open changes nothing: it computes the same view and rebuilds indexes only in memory.
+
+For this store the high watermark is the durable log end: everything appended and flushed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kafkalog.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidOffsetError,
+    KafkaLogError,
+    RecordBatchTooLargeError,
+)
+from kafkalog.format import batch as fmt
+from kafkalog.format.compression import CompressionType
+from kafkalog.format.scan import RecordColumns, scan_batches, scan_records
+from kafkalog.log import checkpoint, names
+from kafkalog.log.config import LogConfig
+from kafkalog.log.index import MAX_INT
+from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files, visible_files
+from kafkalog.log.producer_snapshot import read_producer_snapshot, write_producer_snapshot
+from kafkalog.log.producer_state import ProducerState
+from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
+
+_COMPRESSION_BY_TOPIC_NAME = {"uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
+                              "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
+                              "zstd": CompressionType.ZSTD}
+LEADER_EPOCH = 0  # kafkalog is the only "leader" a partition it writes has ever had
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What opening a partition found and did."""
+
+    notes: tuple[str, ...]
+    recovered_segments: tuple[int, ...]
+    truncated_bytes: int
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    batches: int
+
+
+class LocalLog:
+    def __init__(self, directory: Path, topic_partition: names.TopicPartition, config: LogConfig,
+                 segments: list[LogSegment], log_start_offset: int, recovery_point: int,
+                 read_only: bool, report: LoadReport) -> None:
+        self.directory = directory
+        self.topic_partition = topic_partition
+        self.config = config
+        self._segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.read_only = read_only
+        self.load_report = report
+        self._log_end_offset = segments[-1].read_next_offset() if segments else log_start_offset
+        self._producer_state: ProducerState | None = None
+
+    # --- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, log_start_offset: int = 0,
+             recovery_point: int | None = None, had_clean_shutdown: bool = False,
+             read_only: bool = False) -> LocalLog:
+        directory = Path(directory)
+        topic_partition = names.parse_partition_dir_name(directory.name)
+        if topic_partition is None:
+            raise KafkaLogError(f"{directory}: not a partition directory (expected <topic>-<partition>)")
+        for path in directory.iterdir():
+            if path.is_file():
+                names.check_partition_file(path)
+        settings = SegmentSettings(config.index_interval_bytes, config.segment_index_bytes)
+        notes: list[str] = []
+        plan = plan_temp_files(directory)
+        notes += plan.notes
+        if not read_only and not plan.empty:
+            apply_temp_file_plan(plan)
+            plan = plan_temp_files(directory)
+        view = visible_files(directory, plan)
+        segments: list[LogSegment] = []
+        recovered: list[int] = []
+        truncated = 0
+        for name in sorted(view):
+            parsed = names.parse_segment_file_name(name)
+            if parsed is None or parsed.suffix == names.LOG_SUFFIX or parsed.suffix == names.SNAPSHOT_SUFFIX:
+                continue
+            if names.log_file(directory, parsed.base_offset).name not in view:
+                notes.append(f"orphan index file {name} " + ("ignored" if read_only else "deleted"))
+                if not read_only:
+                    view[name].unlink(missing_ok=True)
+        for name in sorted(view):
+            parsed = names.parse_segment_file_name(name)
+            if parsed is None or parsed.suffix != names.LOG_SUFFIX:
+                continue
+            suffix = view[name].name[len(name):]  # ".swap" when seen through a pending promotion
+            segment = LogSegment(directory, parsed.base_offset, settings, suffix=suffix)
+            if not _indexes_sane(segment):
+                notes.append(f"segment {parsed.base_offset}: index missing or corrupt, rebuilt"
+                             + (" in memory" if read_only else ""))
+                if read_only:
+                    segment = _in_memory_rebuild(segment)
+                else:
+                    truncated += segment.recover()
+                    recovered.append(parsed.base_offset)
+            segments.append(segment)
+        log = cls(directory, topic_partition, config, segments, log_start_offset,
+                  recovery_point if recovery_point is not None else 0, read_only,
+                  LoadReport(tuple(notes), tuple(recovered), truncated))
+        if not read_only:
+            log._recover_unflushed(had_clean_shutdown, notes, recovered)
+            if not log._segments:
+                log._segments.append(log._new_segment(log_start_offset))
+            log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
+            log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
+        elif segments:
+            log.log_start_offset = max(log_start_offset, segments[0].base_offset)
+        return log
+
+    def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int]) -> None:
+        """Re-validate segments past the recovery point; cut the log at the first invalid batch."""
+        truncated = self.load_report.truncated_bytes
+        for i, segment in enumerate(list(self._segments)):
+            is_last = i == len(self._segments) - 1
+            unflushed = not had_clean_shutdown and segment.read_next_offset() > self.recovery_point
+            torn = is_last and _has_torn_tail(segment)
+            if not (unflushed or torn) or segment.base_offset in recovered:
+                continue
+            cut = segment.recover()
+            recovered.append(segment.base_offset)
+            if cut:
+                truncated += cut
+                notes.append(f"segment {segment.base_offset}: truncated {cut} invalid bytes at its end")
+                for later in self._segments[i + 1:]:
+                    notes.append(f"segment {later.base_offset}: deleted, it follows a truncated segment")
+                    later.delete_files()
+                self._segments = self._segments[: i + 1]
+                break
+        self._log_end_offset = self._segments[-1].read_next_offset() if self._segments else self.log_start_offset
+        self.recovery_point = min(max(self.recovery_point, 0), self._log_end_offset)
+        self.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
+
+    # --- state ---------------------------------------------------------------------------------
+    @property
+    def segments(self) -> Sequence[LogSegment]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _settings(self) -> SegmentSettings:
+        return SegmentSettings(self.config.index_interval_bytes, self.config.segment_index_bytes)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment(self.directory, base_offset, self._settings())
+        for stale in segment.files():  # leftovers with the new name are deleted first
+            stale.unlink(missing_ok=True)
+        segment.log_path.touch()
+        jitter_bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        segment.roll_jitter_ms = random.randrange(jitter_bound) if jitter_bound > 0 else 0
+        return segment
+
+    def producer_state(self) -> ProducerState:
+        """Producer state at the log end: the newest snapshot plus the batches after it."""
+        if self._producer_state is None:
+            self._producer_state = self._load_producer_state()
+        return self._producer_state
+
+    def _load_producer_state(self) -> ProducerState:
+        snapshots = sorted(
+            (names.offset_from_file_name(p.name), p) for p in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}")
+            if names.offset_from_file_name(p.name) <= self._log_end_offset
+        )
+        state, start = ProducerState(), self.log_start_offset
+        if snapshots:
+            offset, path = snapshots[-1]
+            try:
+                state, start = ProducerState(read_producer_snapshot(path)), offset
+            except KafkaLogError:
+                state, start = ProducerState(), self.log_start_offset
+        for segment in self._segments:
+            if segment.read_next_offset() <= start:
+                continue
+            data, batches = segment.scan()
+            for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)):
+                state.update(summarize_batch(data, batches, int(i)))
+        return state
+
+    # --- appending -----------------------------------------------------------------------------
+    def append_records(self, records: Sequence[tuple[bytes | None, bytes | None,
+                                                     tuple[tuple[str, bytes | None], ...], int]],
+                       *, compression: CompressionType | None = None, batch_records: int = 500,
+                       now_ms: int | None = None) -> AppendInfo:
+        """Leader-style append: assign offsets from the log end, batch, compress, roll as needed.
+
+        Each record is ``(key, value, headers, timestamp_ms)``.
+        """
+        self._check_writable()
+        if not records:
+            return AppendInfo(self._log_end_offset, self._log_end_offset - 1, 0)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        codec = compression if compression is not None else self._topic_codec()
+        level = {CompressionType.GZIP: self.config.compression_gzip_level,
+                 CompressionType.LZ4: self.config.compression_lz4_level,
+                 CompressionType.ZSTD: self.config.compression_zstd_level}.get(codec)
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        first = self._log_end_offset
+        batches = 0
+        for start in range(0, len(records), max(1, batch_records)):
+            chunk = records[start:start + batch_records]
+            base = self._log_end_offset
+            built = [fmt.Record(base + j, ts, key, value, headers)
+                     for j, (key, value, headers, ts) in enumerate(chunk)]
+            raw = fmt.build_batch(
+                built, compression_type=codec, compression_level=level if level != -1 else None,
+                timestamp_type=fmt.TimestampType.LOG_APPEND_TIME if log_append else fmt.TimestampType.CREATE_TIME,
+                log_append_time=now if log_append else None, partition_leader_epoch=LEADER_EPOCH)
+            self.append_batch(raw, now_ms=now)
+            batches += 1
+        return AppendInfo(first, self._log_end_offset - 1, batches)
+
+    def _topic_codec(self) -> CompressionType:
+        return _COMPRESSION_BY_TOPIC_NAME.get(self.config.compression_type, CompressionType.NONE)
+
+    def append_batch(self, raw: bytes, *, now_ms: int | None = None) -> None:
+        """Append one complete, valid v2 batch whose base offset is the log end (follower-style)."""
+        self._check_writable()
+        header = fmt.verify_batch(raw, where=f"{self.directory}: ")
+        if header.base_offset < self._log_end_offset:
+            raise InvalidOffsetError(
+                f"{self.topic_partition}: batch base offset {header.base_offset} is below the log end "
+                f"offset {self._log_end_offset}"
+            )
+        if len(raw) > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"{self.topic_partition}: batch of {len(raw)} bytes exceeds segment.bytes="
+                f"{self.config.segment_bytes}"
+            )
+        if len(raw) > self.config.max_message_bytes:
+            raise RecordBatchTooLargeError(
+                f"{self.topic_partition}: batch of {len(raw)} bytes exceeds max.message.bytes="
+                f"{self.config.max_message_bytes}"
+            )
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        segment = self.active_segment
+        if self._should_roll(segment, len(raw), header.max_timestamp, header.last_offset, now):
+            segment = self.roll(header.base_offset, now_ms=now)
+        segment.append(header.last_offset, header.max_timestamp, header.last_offset, raw)
+        if header.has_producer_id:
+            columns = scan_batches(raw)
+            aborted = self.producer_state().update(summarize_batch(raw, columns, 0))
+            if aborted is not None:
+                segment.txn_index.append(aborted)
+        if header.partition_leader_epoch >= 0:
+            self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+        self._log_end_offset = header.next_offset
+
+    def _should_roll(self, segment: LogSegment, messages_size: int, max_timestamp: int,
+                     max_offset: int, now_ms: int) -> bool:
+        """``UnifiedLog.maybeRoll``'s ``shouldRoll`` (spec §9)."""
+        size = segment.size
+        max_segment_ms = self.config.segment_ms
+        if self.config.compact and 0 < self.config.max_compaction_lag_ms:
+            max_segment_ms = min(self.config.max_compaction_lag_ms, self.config.segment_ms)
+        if size > self.config.segment_bytes - messages_size:
+            return True
+        if size > 0:
+            first_ts = segment.first_batch_timestamp()
+            waited = max_timestamp - first_ts if first_ts >= 0 else now_ms - segment.created_ms
+            if waited > max_segment_ms - segment.roll_jitter_ms:
+                return True
+        if segment.offset_index.is_full or segment.time_index.is_full:
+            return True
+        return not 0 <= max_offset - segment.base_offset <= MAX_INT
+
+    def roll(self, expected_next_offset: int | None = None, *, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at max(expected, log end) (``LocalLog.roll``)."""
+        self._check_writable()
+        new_base = max(expected_next_offset or 0, self._log_end_offset)
+        active = self.active_segment
+        if active.base_offset == new_base:
+            if active.size == 0:
+                return active  # KAFKA-6388: an empty active segment at that offset is reused
+            raise KafkaLogError(f"{self.topic_partition}: trying to roll a new segment at offset "
+                                f"{new_base}, which already exists")
+        if new_base < active.base_offset:
+            raise KafkaLogError(f"{self.topic_partition}: new segment base {new_base} is below the "
+                                f"active segment base {active.base_offset}")
+        active.on_become_inactive()
+        active.flush()
+        segment = self._new_segment(new_base)
+        self._segments.append(segment)
+        write_producer_snapshot(names.snapshot_file(self.directory, new_base),
+                                self.producer_state().snapshot_entries())
+        self.recovery_point = max(self.recovery_point, new_base)
+        return segment
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        path = self.directory / names.LEADER_EPOCH_CHECKPOINT
+        entries = checkpoint.read_leader_epoch_checkpoint(path)
+        if entries and entries[-1][0] >= epoch:
+            return
+        entries = [(e, o) for e, o in entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
+        checkpoint.write_leader_epoch_checkpoint(path, entries)
+
+    def flush(self) -> None:
+        """fsync everything written; the recovery point moves to the log end."""
+        for segment in self._segments:
+            if segment.read_next_offset() > self.recovery_point or segment is self.active_segment:
+                segment.flush()
+        self.recovery_point = self._log_end_offset
+
+    def close(self) -> None:
+        if self.read_only:
+            return
+        for segment in self._segments:
+            segment.close()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise KafkaLogError(f"{self.topic_partition}: log was opened read-only")
+
+    # --- reading -------------------------------------------------------------------------------
+    def segment_for(self, offset: int) -> LogSegment | None:
+        bases = [s.base_offset for s in self._segments]
+        i = int(np.searchsorted(bases, offset, side="right")) - 1
+        return self._segments[i] if i >= 0 else None
+
+    def read_records(self, from_offset: int, max_records: int | None = None) -> Iterator[tuple[RecordColumns, int]]:
+        """Yield (columns, row) for records at offsets ≥ ``from_offset``, below the high watermark.
+
+        Offsets below the log start offset are never served. Control records are skipped.
+        """
+        start = max(from_offset, self.log_start_offset)
+        served = 0
+        for segment in self._segments:
+            if segment.read_next_offset() <= start:
+                continue
+            found = segment.translate_offset(start)
+            if found is None:
+                continue
+            data, batches = segment.scan(found.position)
+            records = scan_records(data, batches, where=f"{segment.log_path}: ")
+            control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
+            rows = np.flatnonzero((records.offset >= start) & (records.offset < self.high_watermark) & ~control)
+            for row in rows:
+                yield records, int(row)
+                served += 1
+                if max_records is not None and served >= max_records:
+                    return
+
+
+def _indexes_sane(segment: LogSegment) -> bool:
+    if not segment.offset_index.path.exists():
+        return False
+    try:
+        segment.offset_index.sanity_check()
+        segment.time_index.sanity_check()
+        segment.txn_index.sanity_check()
+    except (CorruptIndexError, KafkaLogError):
+        return False
+    return segment.offset_index.last_offset <= max(segment.base_offset, segment.read_next_offset())
+
+
+def _in_memory_rebuild(segment: LogSegment) -> LogSegment:
+    """A read-only stand-in: an empty offset index is always correct (lookups scan from 0)."""
+    segment.offset_index.forget_entries()
+    segment.time_index.forget_entries()
+    return segment
+
+
+def _has_torn_tail(segment: LogSegment) -> bool:
+    _, position = segment.offset_index.lookup(1 << 62)
+    try:
+        data, batches = segment.scan(min(position, segment.size))
+    except CorruptRecordError:
+        return True
+    return batches.valid_end != len(data)

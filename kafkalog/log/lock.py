@@ -1,0 +1,54 @@
+"""Cross-process locks, so a writer process and a maintenance process can share a partition.
+
+``flock`` on a lock file: the kernel drops the lock when its holder dies, so a killed process never
+leaves a partition locked. Appends and swaps hold the partition's exclusive lock for as long as a
+write or a rename takes; readers take no lock (they only read whole batches, and a torn tail just
+ends their scan).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kafkalog.errors import LogLockedError
+from kafkalog.log import names
+
+
+@contextmanager
+def file_lock(path: Path, *, exclusive: bool = True, timeout_s: float = 30.0) -> Iterator[None]:
+    """Hold ``flock`` on ``path`` (created if missing); wait up to ``timeout_s`` (0: do not wait)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        while True:
+            try:
+                fcntl.flock(fd, mode)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LogLockedError(
+                        f"{path.parent}: locked by another kafkalog process (waited {timeout_s:g} s)"
+                    ) from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def partition_lock(partition_dir: Path, *, timeout_s: float = 30.0) -> Iterator[None]:
+    """The exclusive lock of one partition directory."""
+    return file_lock(Path(partition_dir) / names.PARTITION_LOCK_FILE, timeout_s=timeout_s)  # type: ignore[return-value]
+
+
+def log_dir_lock(log_dir: Path, *, timeout_s: float = 30.0) -> Iterator[None]:
+    """The lock serialising topic administration (create/alter) within one log dir."""
+    return file_lock(Path(log_dir) / names.ADMIN_LOCK_FILE, timeout_s=timeout_s)  # type: ignore[return-value]

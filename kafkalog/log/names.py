@@ -1,0 +1,153 @@
+"""Every file and directory name of Kafka's log layout (spec §3), in one place.
+
+A partition directory ``<topic>-<partition>`` holds segments named by their 20-digit base offset
+(``00000000000000000000.log`` with ``.index``, ``.timeindex``, ``.txnindex``), producer snapshots
+``<offset>.snapshot``, KRaft snapshots ``<offset>-<epoch>.checkpoint``, ``leader-epoch-checkpoint``
+and ``partition.metadata``. Suffixes ``.deleted``, ``.cleaned`` and ``.swap`` mark files in flight.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafkalog.errors import InvalidTopicError, UnknownFileError
+from kafkalog.log.config import validate_topic_name
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+TMP_SUFFIX = ".tmp"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+# Per log dir.
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+META_PROPERTIES = "meta.properties"
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+# kafkalog's own per-log-dir files: topic config overrides and the maintenance journal.
+TOPIC_CONFIG_FILE = "kafkalog-topics.json"
+JOURNAL_FILE = "kafkalog-journal.jsonl"
+ADMIN_LOCK_FILE = ".kafkalog.lock"
+LOG_DIR_FILES = frozenset({
+    ADMIN_LOCK_FILE,
+    LOCK_FILE, CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT, META_PROPERTIES, BOOTSTRAP_CHECKPOINT,
+    TOPIC_CONFIG_FILE, JOURNAL_FILE,
+})
+
+# Per partition dir.
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+QUORUM_STATE = "quorum-state"  # KRaft __cluster_metadata only
+PARTITION_LOCK_FILE = ".kafkalog.lock"  # kafkalog's cross-process lock (never a Kafka name)
+PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE, PARTITION_LOCK_FILE})
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_SEGMENT_FILE = re.compile(r"^(?P<offset>\d{20})(?P<suffix>\.[a-z]+)(?P<state>\.(?:deleted|cleaned|swap))?$")
+_KRAFT_SNAPSHOT = re.compile(r"^\d{20}-\d{10}\.checkpoint(?:\.part|\.deleted)?$")
+
+
+def offset_prefix(offset: int) -> str:
+    """The 20-digit zero-padded base offset every segment file starts with."""
+    return f"{offset:020d}"
+
+
+def log_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{offset_prefix(base_offset)}{LOG_SUFFIX}{suffix}"
+
+
+def index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{offset_prefix(base_offset)}{INDEX_SUFFIX}{suffix}"
+
+
+def time_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{offset_prefix(base_offset)}{TIME_INDEX_SUFFIX}{suffix}"
+
+
+def txn_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{offset_prefix(base_offset)}{TXN_INDEX_SUFFIX}{suffix}"
+
+
+def snapshot_file(directory: Path, offset: int, suffix: str = "") -> Path:
+    return directory / f"{offset_prefix(offset)}{SNAPSHOT_SUFFIX}{suffix}"
+
+
+def offset_from_file_name(name: str) -> int:
+    """Kafka parses the offset as the text before the first dot."""
+    return int(name.split(".", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFileName:
+    base_offset: int
+    suffix: str  # ".log", ".index", ".timeindex", ".txnindex" or ".snapshot"
+    state: str  # "", ".deleted", ".cleaned" or ".swap"
+
+
+def parse_segment_file_name(name: str) -> SegmentFileName | None:
+    """Parse ``<20 digits>.<kind>[.deleted|.cleaned|.swap]``; None for other names."""
+    match = _SEGMENT_FILE.match(name)
+    if match is None:
+        return None
+    suffix = match["suffix"]
+    if suffix not in SEGMENT_SUFFIXES and suffix != SNAPSHOT_SUFFIX:
+        return None
+    return SegmentFileName(int(match["offset"]), suffix, match["state"] or "")
+
+
+def is_known_partition_file(name: str) -> bool:
+    """Whether Kafka (or kafkalog) could have put a file of this name in a partition directory."""
+    if name in PARTITION_FILES or parse_segment_file_name(name) is not None:
+        return True
+    if _KRAFT_SNAPSHOT.match(name):
+        return True
+    # Checkpoint temp files (``leader-epoch-checkpoint.tmp``, ``partition.metadata.tmp``).
+    return name.endswith(TMP_SUFFIX) and name[: -len(TMP_SUFFIX)] in PARTITION_FILES
+
+
+def check_partition_file(path: Path) -> None:
+    if not is_known_partition_file(path.name):
+        raise UnknownFileError(
+            f"{path}: unknown file in a partition directory (Kafka's layout has no such name); "
+            "move it out of the log dir"
+        )
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    """``<topic>-<partition>`` → TopicPartition; None for names that are not a live partition dir
+    (``-delete``, ``-future`` and ``-stray`` directories, or anything else)."""
+    if name.endswith(("-delete", "-future", "-stray")) or "." in name.rsplit("-", 1)[-1]:
+        return None
+    match = _PARTITION_DIR.match(name)
+    if match is None:
+        return None
+    topic = match["topic"]
+    try:
+        validate_topic_name(topic)
+    except InvalidTopicError:
+        return None
+    return TopicPartition(topic, int(match["partition"]))

@@ -1,0 +1,93 @@
+"""Producer state of one partition, rebuilt from batch headers (a slim ``ProducerStateManager``).
+
+The log keeps, per producer id, the last batch's epoch, sequence, offset and timestamp, and the first
+offset of its open transaction. That is what producer snapshots store (spec §7), what the cleaner
+needs to keep each producer's last batch, and what turns an ABORT marker into a ``.txnindex`` entry
+with its last stable offset (spec §6). Idempotence checks (sequence gaps, fencing) are the broker's
+business and are not enforced here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kafkalog.format.batch import ControlType
+from kafkalog.log.producer_snapshot import ProducerSnapshotEntry
+from kafkalog.log.txn_index import AbortedTxn
+
+NO_COORDINATOR_EPOCH = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSummary:
+    """The header facts of one batch that producer state depends on."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    is_transactional: bool
+    control_type: int | None = None  # ControlType of a control batch's record, else None
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+
+
+class ProducerState:
+    """Producer id → last known state; fed batch by batch in offset order."""
+
+    def __init__(self, entries: list[ProducerSnapshotEntry] | None = None) -> None:
+        self.producers: dict[int, ProducerSnapshotEntry] = {e.producer_id: e for e in entries or ()}
+
+    def ongoing_first_offsets(self) -> list[int]:
+        return sorted(e.current_txn_first_offset for e in self.producers.values()
+                      if e.current_txn_first_offset >= 0)
+
+    def first_unstable_offset(self) -> int | None:
+        ongoing = self.ongoing_first_offsets()
+        return ongoing[0] if ongoing else None
+
+    def update(self, batch: BatchSummary) -> AbortedTxn | None:
+        """Apply one batch; return the aborted transaction an ABORT marker completes, if any."""
+        if batch.producer_id < 0:
+            return None
+        previous = self.producers.get(batch.producer_id)
+        txn_first = previous.current_txn_first_offset if previous else -1
+        coordinator_epoch = previous.coordinator_epoch if previous else NO_COORDINATOR_EPOCH
+        aborted = None
+        if batch.control_type in (ControlType.COMMIT, ControlType.ABORT):
+            first = txn_first
+            txn_first = -1
+            coordinator_epoch = batch.coordinator_epoch
+            if batch.control_type == ControlType.ABORT and first >= 0:
+                others = [e.current_txn_first_offset for pid, e in self.producers.items()
+                          if pid != batch.producer_id and e.current_txn_first_offset >= 0]
+                lso = min(others) if others else batch.last_offset + 1
+                aborted = AbortedTxn(batch.producer_id, first, batch.last_offset, lso)
+            last_sequence = previous.last_sequence if previous else -1
+        else:
+            if batch.is_transactional and txn_first < 0:
+                txn_first = batch.first_offset
+            last_sequence = batch.last_sequence
+        entry = ProducerSnapshotEntry(
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            last_sequence=last_sequence,
+            last_offset=batch.last_offset,
+            offset_delta=batch.last_offset - batch.first_offset,
+            timestamp_ms=batch.max_timestamp,
+            coordinator_epoch=coordinator_epoch,
+            current_txn_first_offset=txn_first,
+        )
+        if previous is not None and batch.control_type is not None:
+            entry = replace(entry, offset_delta=previous.offset_delta)
+        self.producers[batch.producer_id] = entry
+        return aborted
+
+    def snapshot_entries(self) -> list[ProducerSnapshotEntry]:
+        return [self.producers[pid] for pid in sorted(self.producers)]
+
+    def truncate_before(self, offset: int) -> None:
+        """Forget producers whose last batch is entirely below ``offset`` (log start moved)."""
+        self.producers = {pid: e for pid, e in self.producers.items()
+                          if e.last_offset >= offset or e.current_txn_first_offset >= 0}

@@ -1,0 +1,323 @@
+"""One segment: a ``.log`` file and its offset, time and transaction indexes (``LogSegment``).
+
+Crash story: batches are appended to the ``.log`` with one ``write`` each; index entries follow the
+data they point at, so after a crash an index can only lag or carry a torn last entry, and
+:meth:`LogSegment.recover` (spec §11.5) rebuilds all three indexes from the ``.log`` and truncates a
+torn or corrupt tail. Nothing before the first invalid batch is ever dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kafkalog.errors import CorruptRecordError, InvalidRecordError, OffsetOverflowError
+from kafkalog.format import batch as fmt
+from kafkalog.format.scan import BatchColumns, as_array, find_corrupt_batch, scan_batches
+from kafkalog.log import names
+from kafkalog.log.index import DEFAULT_MAX_INDEX_BYTES, MAX_INT, OffsetIndex, TimeIndex
+from kafkalog.log.producer_state import BatchSummary, ProducerState
+from kafkalog.log.txn_index import TransactionIndex
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSettings:
+    """The config a segment needs: ``index.interval.bytes`` and ``segment.index.bytes``."""
+
+    index_interval_bytes: int = 4096
+    max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPosition:
+    """Where a batch is: its last offset, file position and size (``LogOffsetPosition``)."""
+
+    last_offset: int
+    position: int
+    size: int
+
+
+class LogSegment:
+    """A segment of one partition; ``suffix`` is ``""``, ``.cleaned`` or ``.swap`` for files in flight."""
+
+    def __init__(self, directory: Path, base_offset: int, settings: SegmentSettings = SegmentSettings(),
+                 suffix: str = "", created_ms: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.settings = settings
+        self.suffix = suffix
+        self.log_path = names.log_file(self.directory, base_offset, suffix)
+        self.offset_index = OffsetIndex(names.index_file(self.directory, base_offset, suffix), base_offset,
+                                        settings.max_index_bytes)
+        self.time_index = TimeIndex(names.time_index_file(self.directory, base_offset, suffix), base_offset,
+                                    settings.max_index_bytes)
+        self.txn_index = TransactionIndex(names.txn_index_file(self.directory, base_offset, suffix), base_offset)
+        self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
+        self.bytes_since_last_index_entry = 0
+        last_ts, last_ts_offset = self.time_index.last_entry()
+        self.max_timestamp_so_far = last_ts
+        self.offset_of_max_timestamp_so_far = last_ts_offset
+        self.rolling_based_timestamp: int | None = None
+        self.roll_jitter_ms = 0
+
+    # --- files ---------------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    @property
+    def index_files_exist(self) -> bool:
+        return self.offset_index.path.exists()
+
+    def read_bytes(self, start: int = 0, end: int | None = None) -> bytes:
+        with open(self.log_path, "rb") as f:
+            f.seek(start)
+            return f.read() if end is None else f.read(max(0, end - start))
+
+    def scan(self, start: int = 0) -> tuple[bytes, BatchColumns]:
+        """The ``.log`` bytes from ``start`` and the header columns of every complete entry."""
+        data = self.read_bytes(start)
+        return data, scan_batches(data, where=f"{self.log_path}: ")
+
+    def last_modified_ms(self) -> int:
+        return int(self.log_path.stat().st_mtime * 1000)
+
+    # --- reading -------------------------------------------------------------------------------
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
+        """The first batch with last offset ≥ ``offset``, searching from the index's lower bound."""
+        _, position = self.offset_index.lookup(offset)
+        position = max(position, start_position)
+        data, batches = self.scan(position)
+        hits = np.flatnonzero(batches.last_offset >= offset)
+        if not len(hits):
+            return None
+        i = int(hits[0])
+        return BatchPosition(int(batches.last_offset[i]), position + int(batches.position[i]),
+                             int(batches.size[i]))
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (base offset when empty)."""
+        _, position = self.offset_index.lookup(1 << 62)
+        if position > self.size:  # an index pointing past the data: trust only the log
+            position = 0
+        data, batches = self.scan(position)
+        if not len(batches):
+            return self.base_offset if position == 0 else self.offset_index.last_offset + 1
+        return int(batches.last_offset[-1]) + 1
+
+    def largest_timestamp(self) -> int:
+        """The max timestamp if known, else the ``.log`` mtime (what time retention uses, §5.4)."""
+        return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else self.last_modified_ms()
+
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp (``getFirstBatchTimestamp``), MAX_LONG when empty."""
+        if self.rolling_based_timestamp is not None:
+            return self.rolling_based_timestamp
+        data = self.read_bytes(0, 1 << 16)
+        batches = scan_batches(data)
+        return int(batches.max_timestamp[0]) if len(batches) else (1 << 63) - 1
+
+    # --- writing -------------------------------------------------------------------------------
+    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int,
+               records: bytes) -> None:
+        """Append already-validated batch bytes (``LogSegment.append``, spec §4.2)."""
+        if not records:
+            return
+        physical_position = self.size
+        if physical_position == 0:
+            self.rolling_based_timestamp = largest_timestamp
+        if not 0 <= largest_offset - self.base_offset <= MAX_INT:
+            raise OffsetOverflowError(
+                f"{self.log_path}: largest offset {largest_offset} does not fit in the segment "
+                f"starting at {self.base_offset}"
+            )
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, records)
+        finally:
+            os.close(fd)
+        if largest_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = largest_timestamp
+            self.offset_of_max_timestamp_so_far = shallow_offset_of_max_timestamp
+        if self.bytes_since_last_index_entry > self.settings.index_interval_bytes:
+            self.offset_index.append(largest_offset, physical_position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += len(records)
+
+    def flush(self) -> None:
+        if self.log_path.exists():
+            fd = os.open(self.log_path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def on_become_inactive(self) -> None:
+        """On roll: final time-index entry, trimmed index files."""
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                     skip_full_check=True)
+        self.offset_index.trim()
+        self.time_index.trim()
+        if not self.offset_index.path.exists():
+            self.offset_index.path.touch()
+        if not self.time_index.path.exists():
+            self.time_index.path.touch()
+
+    def close(self) -> None:
+        if self.max_timestamp_so_far >= 0 and self.log_path.exists():
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                         skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+
+    # --- recovery and truncation ---------------------------------------------------------------
+    def recover(self, producer_state: ProducerState | None = None) -> int:
+        """Rebuild every index from the ``.log`` and cut it at the first invalid batch (§11.5).
+
+        Returns the number of bytes truncated.
+        """
+        state = producer_state if producer_state is not None else ProducerState()
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.txn_index.reset()
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
+        data = self.read_bytes()
+        valid_bytes = _valid_prefix(data, self.base_offset, where=f"{self.log_path}: ")
+        batches = scan_batches(data, 0, valid_bytes)
+        last_index_entry = 0
+        for i in range(len(batches)):
+            position, size = int(batches.position[i]), int(batches.size[i])
+            last_offset = int(batches.last_offset[i])
+            max_ts = int(batches.max_timestamp[i])
+            if max_ts > self.max_timestamp_so_far:
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = max_ts, last_offset
+            if position - last_index_entry > self.settings.index_interval_bytes:
+                self.offset_index.append(last_offset, position)
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+                last_index_entry = position
+            if int(batches.magic[i]) >= 2 and int(batches.producer_id[i]) >= 0:
+                aborted = state.update(summarize_batch(data, batches, i))
+                if aborted is not None:
+                    self.txn_index.append(aborted)
+        truncated = len(data) - valid_bytes
+        if truncated:
+            os.truncate(self.log_path, valid_bytes)
+        if not self.offset_index.path.exists():
+            self.offset_index.path.touch()
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
+                                     skip_full_check=True)
+        if not self.time_index.path.exists():
+            self.time_index.path.touch()
+        self.bytes_since_last_index_entry = valid_bytes - last_index_entry if len(batches) else 0
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch holding an offset ≥ ``offset``; returns the bytes removed."""
+        found = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        if found is None:
+            return 0
+        removed = self.size - found.position
+        os.truncate(self.log_path, found.position)
+        self.bytes_since_last_index_entry = 0
+        if found.position == 0:
+            self.created_ms = int(time.time() * 1000)
+            self.rolling_based_timestamp = None
+        last_ts, last_ts_offset = self.time_index.last_entry()
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = last_ts, last_ts_offset
+        _, position = self.offset_index.lookup(last_ts_offset)
+        data, batches = self.scan(position)
+        for i in range(len(batches)):
+            if int(batches.max_timestamp[i]) > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = int(batches.max_timestamp[i])
+                self.offset_of_max_timestamp_so_far = int(batches.last_offset[i])
+        return removed
+
+    def delete_files(self) -> None:
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.txn_index.delete_if_exists()
+        self.log_path.unlink(missing_ok=True)
+
+    def files(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+
+
+def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:
+    """Bytes of whole, valid batches at the start of ``data`` (stop at the first bad one)."""
+    try:
+        batches = scan_batches(data)
+        end = batches.valid_end
+    except CorruptRecordError:
+        # A length field below 14 somewhere: find how far the good framing goes.
+        end = _framed_prefix(data)
+        batches = scan_batches(data, 0, end)
+    # ensureValid per batch, and relative offsets must fit.
+    arr = as_array(data)
+    for i in range(len(batches)):
+        single = _slice_columns(batches, i)
+        relative_ok = 0 <= int(batches.last_offset[i]) - base_offset <= MAX_INT
+        if not relative_ok or find_corrupt_batch(arr, single, where) is not None:
+            return int(batches.position[i])
+        if int(batches.magic[i]) >= 2 and int(batches.size[i]) < fmt.RECORD_BATCH_OVERHEAD:
+            return int(batches.position[i])
+    return end
+
+
+def _framed_prefix(data: bytes) -> int:
+    end = 0
+    try:
+        for entry in fmt.iter_entries(data):
+            end = entry.position + entry.size
+    except CorruptRecordError:
+        pass
+    return end
+
+
+def _slice_columns(batches: BatchColumns, i: int) -> BatchColumns:
+    fields = {name: getattr(batches, name)[i:i + 1] for name in BatchColumns.__dataclass_fields__
+              if name != "valid_end"}
+    return BatchColumns(**fields, valid_end=batches.valid_end)
+
+
+def summarize_batch(data: bytes | memoryview, batches: BatchColumns, i: int) -> BatchSummary:
+    """What producer state needs from batch ``i`` (decodes the record of a control batch)."""
+    attributes = int(batches.attributes[i])
+    base_sequence = int(batches.base_sequence[i])
+    last_delta = int(batches.last_offset_delta[i])
+    control_type = None
+    coordinator_epoch = -1
+    if attributes & fmt.CONTROL_MASK:
+        position, size = int(batches.position[i]), int(batches.size[i])
+        raw = memoryview(data)[position:position + size]
+        try:
+            records = fmt.decode_records(raw)
+            if records:
+                control_type = fmt.parse_control_type(records[0].key)
+                if control_type in (fmt.ControlType.ABORT, fmt.ControlType.COMMIT):
+                    coordinator_epoch = fmt.parse_end_txn_marker(records[0].value)
+        except InvalidRecordError:
+            control_type = None
+    return BatchSummary(
+        producer_id=int(batches.producer_id[i]),
+        producer_epoch=int(batches.producer_epoch[i]),
+        last_sequence=-1 if base_sequence < 0 else fmt.increment_sequence(base_sequence, last_delta),
+        first_offset=int(batches.base_offset[i]),
+        last_offset=int(batches.last_offset[i]),
+        max_timestamp=int(batches.max_timestamp[i]),
+        is_transactional=bool(attributes & fmt.TRANSACTIONAL_MASK),
+        control_type=control_type,
+        coordinator_epoch=coordinator_epoch,
+    )

@@ -1,0 +1,266 @@
+"""The log store: several log dirs, their partitions, topic configs and per-dir checkpoints.
+
+A log dir is laid out exactly as Kafka's (``<topic>-<partition>`` directories plus the checkpoint
+files of spec §12), so a directory written by a broker is a valid store. Topic-level config
+overrides, which Kafka keeps in its metadata log, are kept in ``kafkalog-topics.json`` in every log
+dir (the same document in each, written atomically), so any one dir describes every topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafkalog.errors import InvalidTopicError, LogDirError
+from kafkalog.log import checkpoint, names
+from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_overrides
+from kafkalog.log.local_log import LocalLog
+from kafkalog.log.lock import log_dir_lock, partition_lock
+from kafkalog.log.names import TopicPartition, validate_topic_name
+
+# Kafka's internal topics are created compacted by the broker; a log dir copied from a broker has no
+# record of that, so without this table retention would treat them as `delete` topics.
+INTERNAL_TOPIC_CONFIGS: Mapping[str, Mapping[str, str]] = {
+    "__consumer_offsets": {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+    "__transaction_state": {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+    "__share_group_state": {"cleanup.policy": "delete", "segment.bytes": "104857600"},
+}
+# The KRaft metadata log is trimmed by its own snapshots, never by log retention or compaction.
+METADATA_TOPICS = frozenset({"__cluster_metadata"})
+TOPICS_FILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    topic_id: str
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionLocation:
+    topic_partition: TopicPartition
+    log_dir: Path
+
+    @property
+    def directory(self) -> Path:
+        return self.log_dir / self.topic_partition.dir_name
+
+
+class LogStore:
+    def __init__(self, log_dirs: Sequence[Path | str], broker: BrokerConfig | None = None,
+                 *, create_missing: bool = False) -> None:
+        if not log_dirs:
+            raise LogDirError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
+        self.log_dirs = [Path(d).resolve() for d in log_dirs]
+        if len(set(self.log_dirs)) != len(self.log_dirs):
+            raise LogDirError(f"a log directory is listed twice: {', '.join(map(str, log_dirs))}")
+        for log_dir in self.log_dirs:
+            if create_missing:
+                log_dir.mkdir(parents=True, exist_ok=True)
+            if not log_dir.is_dir():
+                raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
+        self.broker = broker if broker is not None else BrokerConfig.from_properties({})
+
+    # --- topics --------------------------------------------------------------------------------
+    def topics(self) -> dict[str, TopicInfo]:
+        """Topics from the registry, plus topics only seen as partition directories (Kafka-written)."""
+        registry = self._read_registry()
+        found: dict[str, int] = {}
+        for location in self.partitions():
+            tp = location.topic_partition
+            found[tp.topic] = max(found.get(tp.topic, 0), tp.partition + 1)
+        topics = dict(registry)
+        for topic, count in found.items():
+            if topic not in topics:
+                topics[topic] = TopicInfo(topic, count, self._topic_id_on_disk(topic),
+                                          dict(INTERNAL_TOPIC_CONFIGS.get(topic, {})))
+        return dict(sorted(topics.items()))
+
+    def topic(self, name: str) -> TopicInfo:
+        topics = self.topics()
+        if name not in topics:
+            raise InvalidTopicError(f"topic {name!r} does not exist in {self._dirs_text()}")
+        return topics[name]
+
+    def log_config(self, topic: str) -> LogConfig:
+        info = self.topics().get(topic)
+        overrides = info.overrides if info else INTERNAL_TOPIC_CONFIGS.get(topic, {})
+        return LogConfig.resolve(self.broker, overrides)
+
+    def create_topic(self, name: str, partitions: int, overrides: Mapping[str, str]) -> TopicInfo:
+        validate_topic_name(name)
+        if partitions < 1:
+            raise InvalidTopicError(f"topic {name!r}: --partitions must be at least 1, got {partitions}")
+        normalised = validate_topic_overrides(overrides)
+        LogConfig.resolve(self.broker, normalised)  # cross-checks against the broker file
+        with self._admin_lock():
+            if name in self.topics():
+                raise InvalidTopicError(f"topic {name!r} already exists")
+            colliding = [t for t in self.topics() if t.replace(".", "_") == name.replace(".", "_")]
+            if colliding:
+                raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r} "
+                                        "('.' and '_' are the same in metric names)")
+            info = TopicInfo(name, partitions, checkpoint.new_topic_id(), normalised)
+            registry = self._read_registry()
+            registry[name] = info
+            self._write_registry(registry)
+            counts = {d: sum(1 for p in self.partitions() if p.log_dir == d) for d in self.log_dirs}
+            for partition in range(partitions):
+                log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+                counts[log_dir] += 1
+                directory = log_dir / TopicPartition(name, partition).dir_name
+                directory.mkdir()
+                checkpoint.write_partition_metadata(directory / names.PARTITION_METADATA, info.topic_id)
+                LocalLog.open(directory, LogConfig.resolve(self.broker, normalised)).close()
+            return info
+
+    def alter_topic(self, name: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> TopicInfo:
+        with self._admin_lock():
+            info = self.topic(name)
+            unknown = [k for k in delete_configs if k not in info.overrides]
+            validate_topic_overrides({k: "0" for k in []})  # keeps the import meaningful for mypy
+            if unknown:
+                raise InvalidTopicError(f"topic {name!r} has no override for {', '.join(unknown)} to delete")
+            overrides = {k: v for k, v in info.overrides.items() if k not in delete_configs}
+            overrides.update(validate_topic_overrides(set_configs))
+            LogConfig.resolve(self.broker, overrides)
+            updated = TopicInfo(name, info.partitions, info.topic_id, overrides)
+            registry = self._read_registry()
+            registry[name] = updated
+            self._write_registry(registry)
+            return updated
+
+    # --- partitions ----------------------------------------------------------------------------
+    def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLocation]:
+        """Every ``<topic>-<partition>`` directory, across log dirs, sorted."""
+        out: list[PartitionLocation] = []
+        for log_dir in self.log_dirs:
+            for entry in os.scandir(log_dir):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                tp = names.parse_partition_dir_name(entry.name)
+                if tp is None or (topic is not None and tp.topic != topic):
+                    continue
+                if partition is not None and tp.partition != partition:
+                    continue
+                out.append(PartitionLocation(tp, log_dir))
+        out.sort(key=lambda p: (p.topic_partition, str(p.log_dir)))
+        seen: dict[TopicPartition, Path] = {}
+        for location in out:
+            if location.topic_partition in seen:
+                raise LogDirError(f"partition {location.topic_partition} is in two log dirs: "
+                                  f"{seen[location.topic_partition]} and {location.log_dir}")
+            seen[location.topic_partition] = location.log_dir
+        return out
+
+    def locate(self, topic: str, partition: int) -> PartitionLocation:
+        found = self.partitions(topic, partition)
+        if not found:
+            raise InvalidTopicError(f"partition {topic}-{partition} does not exist in {self._dirs_text()}")
+        return found[0]
+
+    def open_log(self, location: PartitionLocation, *, read_only: bool) -> LocalLog:
+        tp = location.topic_partition
+        start = checkpoint.read_offset_checkpoint(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT)
+        recovery = checkpoint.read_offset_checkpoint(location.log_dir / names.RECOVERY_POINT_CHECKPOINT)
+        key = (tp.topic, tp.partition)
+        clean = (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
+        return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start.get(key, 0),
+                             recovery_point=recovery.get(key, 0), had_clean_shutdown=clean,
+                             read_only=read_only)
+
+    @contextmanager
+    def writable_log(self, location: PartitionLocation, *, timeout_s: float = 30.0) -> Iterator[LocalLog]:
+        """Open a partition for writing under its exclusive lock; flush, checkpoint and close after."""
+        with partition_lock(location.directory, timeout_s=timeout_s):
+            log = self.open_log(location, read_only=False)
+            try:
+                yield log
+                log.flush()
+            finally:
+                log.close()
+            self.write_checkpoints(location, log)
+
+    def write_checkpoints(self, location: PartitionLocation, log: LocalLog) -> None:
+        """Record the log's recovery point and log start offset in its log dir's checkpoint files."""
+        tp = location.topic_partition
+        key = (tp.topic, tp.partition)
+        with log_dir_lock(location.log_dir):
+            path = location.log_dir / names.RECOVERY_POINT_CHECKPOINT
+            points = checkpoint.read_offset_checkpoint(path)
+            if points.get(key) != log.recovery_point:
+                points[key] = log.recovery_point
+                checkpoint.write_offset_checkpoint(path, points)
+            path = location.log_dir / names.LOG_START_OFFSET_CHECKPOINT
+            starts = checkpoint.read_offset_checkpoint(path)
+            # Kafka records only logs whose start offset is past their first segment's base.
+            wanted = log.log_start_offset if log.log_start_offset > log.segments[0].base_offset else None
+            if starts.get(key) != wanted:
+                if wanted is None:
+                    starts.pop(key, None)
+                else:
+                    starts[key] = wanted
+                checkpoint.write_offset_checkpoint(path, starts)
+
+    # --- registry ------------------------------------------------------------------------------
+    def _read_registry(self) -> dict[str, TopicInfo]:
+        best: tuple[int, dict[str, Any]] | None = None
+        for log_dir in self.log_dirs:
+            path = log_dir / names.TOPIC_CONFIG_FILE
+            if not path.exists():
+                continue
+            try:
+                doc = json.loads(path.read_text())
+                generation = int(doc["generation"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise LogDirError(f"{path}: unreadable topic registry ({exc}); restore it or remove it") from exc
+            if best is None or generation > best[0]:
+                best = (generation, doc)
+        if best is None:
+            return {}
+        return {name: TopicInfo(name, int(t["partitions"]), str(t["topic_id"]), dict(t.get("config", {})))
+                for name, t in best[1]["topics"].items()}
+
+    def _write_registry(self, topics: Mapping[str, TopicInfo]) -> None:
+        generation = 1 + max((self._generation(d) for d in self.log_dirs), default=0)
+        doc = {"version": TOPICS_FILE_VERSION, "generation": generation,
+               "topics": {t.name: {"partitions": t.partitions, "topic_id": t.topic_id,
+                                   "config": dict(sorted(t.overrides.items()))}
+                          for t in sorted(topics.values(), key=lambda t: t.name)}}
+        data = (json.dumps(doc, indent=2) + "\n").encode()
+        for log_dir in self.log_dirs:
+            checkpoint.atomic_write_bytes(log_dir / names.TOPIC_CONFIG_FILE, data)
+
+    def _generation(self, log_dir: Path) -> int:
+        path = log_dir / names.TOPIC_CONFIG_FILE
+        try:
+            return int(json.loads(path.read_text())["generation"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0
+
+    def _topic_id_on_disk(self, topic: str) -> str:
+        for location in self.partitions(topic):
+            path = location.directory / names.PARTITION_METADATA
+            if path.exists():
+                try:
+                    return checkpoint.read_partition_metadata(path)
+                except checkpoint.CheckpointError:
+                    continue
+        return ""
+
+    @contextmanager
+    def _admin_lock(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            for log_dir in self.log_dirs:
+                stack.enter_context(log_dir_lock(log_dir))
+            yield
+
+    def _dirs_text(self) -> str:
+        return ", ".join(str(d) for d in self.log_dirs)

@@ -1,0 +1,1 @@
+"""Drivers-side tools over the log layer: dump (kafka-dump-log), verify, demo."""

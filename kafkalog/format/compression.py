@@ -56,7 +56,7 @@ class CompressionType(enum.IntEnum):
 
 # Kafka's defaults and accepted ranges (compression.<codec>.level), checked at this boundary.
 _LEVELS = {
-    CompressionType.GZIP: (-1, 1, 9),  # -1 = zlib's default (6); 0 is rejected by Kafka
+    CompressionType.GZIP: (-1, -1, 9),  # -1 = zlib's default (6); 0 is rejected by Kafka
     CompressionType.LZ4: (9, 1, 17),
     CompressionType.ZSTD: (3, -131072, 22),
 }
@@ -206,21 +206,16 @@ def _rotl32(x: int, r: int) -> int:
     return ((x << r) | (x >> (32 - r))) & _M32
 
 
-def _xxh32(data: bytes, seed: int = 0) -> int:
-    """xxHash32, used only for frame descriptors (a few bytes), so plain Python is fast enough."""
-    n, pos = len(data), 0
-    if n >= 16:
-        acc = [(seed + _XXH_P1 + _XXH_P2) & _M32, (seed + _XXH_P2) & _M32, seed, (seed - _XXH_P1) & _M32]
-        while pos + 16 <= n:
-            for i in range(4):
-                lane = int.from_bytes(data[pos : pos + 4], "little")
-                acc[i] = _rotl32((acc[i] + lane * _XXH_P2) & _M32, 13) * _XXH_P1 & _M32
-                pos += 4
-        h = _rotl32(acc[0], 1) + _rotl32(acc[1], 7) + _rotl32(acc[2], 12) + _rotl32(acc[3], 18)
-    else:
-        h = seed + _XXH_P5
-    h = (h + n) & _M32
-    while pos + 4 <= n:
+def _xxh32(data: bytes) -> int:
+    """xxHash32 with seed 0 of a frame descriptor (at most 10 bytes here, so plain Python is fine).
+
+    Only xxHash's path for inputs under 16 bytes is needed; longer inputs are refused, not hashed wrong.
+    """
+    if len(data) >= 16:
+        raise ValueError(f"_xxh32 handles descriptors under 16 bytes, got {len(data)}")
+    h = (_XXH_P5 + len(data)) & _M32
+    pos = 0
+    while pos + 4 <= len(data):
         h = _rotl32((h + int.from_bytes(data[pos : pos + 4], "little") * _XXH_P3) & _M32, 17) * _XXH_P4 & _M32
         pos += 4
     for byte in data[pos:]:
@@ -244,8 +239,8 @@ def _lz4_encode(data: memoryview, level: int, magic: int) -> bytes:
     header = _LZ4_HEADER_V0 if magic == 0 else _LZ4_HEADER
     if level != 9:
         return _lz4_encode_hc(data, level, header)
-    # Kafka's default level uses lz4-java's fast compressor; cramjam's block compressor reproduces
-    # its bytes (Kafka's LZ4 checksum vectors, see the tests).
+    # Kafka's default level uses lz4-java's fast compressor. cramjam's block compressor yields the
+    # bytes behind Kafka's own LZ4 checksum vectors (see the tests); python-lz4's does not.
     out = bytearray(header)
     for start in range(0, len(data), _LZ4_BLOCK):
         chunk = data[start : start + _LZ4_BLOCK]
@@ -263,6 +258,7 @@ def _lz4_encode(data: memoryview, level: int, magic: int) -> bytes:
 def _lz4_encode_hc(data: memoryview, level: int, header: bytes) -> bytes:
     # cramjam 2.14's compress_block ignores mode/compression, so HC goes through liblz4's frame
     # API, which always adds block checksums; keep its blocks, drop the checksums and the header.
+    # (liblz4's frame API runs levels 1-2 with its fast compressor; lz4-java would use HC.)
     compressor = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
     compressor.compress(_as_bytes(data))
     frame = bytes(compressor.finish())

@@ -78,7 +78,9 @@ class LocalLog:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, log_start_offset: int = 0,
              recovery_point: int | None = None, had_clean_shutdown: bool = False,
-             read_only: bool = False) -> LocalLog:
+             read_only: bool = False, truncate_corrupt: bool = False) -> LocalLog:
+        """Load a partition directory; ``truncate_corrupt`` lets recovery cut a log at a corrupt
+        batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises."""
         directory = Path(directory)
         topic_partition = names.parse_partition_dir_name(directory.name)
         if topic_partition is None:
@@ -117,14 +119,14 @@ class LocalLog:
                 if read_only:
                     segment = _in_memory_rebuild(segment)
                 else:
-                    truncated += segment.recover()
+                    truncated += segment.recover(truncate_corrupt=truncate_corrupt)
                     recovered.append(parsed.base_offset)
             segments.append(segment)
         log = cls(directory, topic_partition, config, segments, log_start_offset,
                   recovery_point if recovery_point is not None else 0, read_only,
                   LoadReport(tuple(notes), tuple(recovered), truncated))
         if not read_only:
-            log._recover_unflushed(had_clean_shutdown, notes, recovered)
+            log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt)
             if not log._segments:
                 log._segments.append(log._new_segment(log_start_offset))
             log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
@@ -133,7 +135,8 @@ class LocalLog:
             log.log_start_offset = max(log_start_offset, segments[0].base_offset)
         return log
 
-    def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int]) -> None:
+    def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],
+                           truncate_corrupt: bool) -> None:
         """Re-validate segments past the recovery point; cut the log at the first invalid batch."""
         truncated = self.load_report.truncated_bytes
         for i, segment in enumerate(list(self._segments)):
@@ -142,7 +145,7 @@ class LocalLog:
             torn = is_last and _has_torn_tail(segment)
             if not (unflushed or torn) or segment.base_offset in recovered:
                 continue
-            cut = segment.recover()
+            cut = segment.recover(truncate_corrupt=truncate_corrupt)
             recovered.append(segment.base_offset)
             if cut:
                 truncated += cut
@@ -184,7 +187,8 @@ class LocalLog:
         segment = LogSegment(self.directory, base_offset, self._settings())
         for stale in segment.files():  # leftovers with the new name are deleted first
             stale.unlink(missing_ok=True)
-        segment.log_path.touch()
+        for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+            path.touch()
         jitter_bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
         segment.roll_jitter_ms = random.randrange(jitter_bound) if jitter_bound > 0 else 0
         return segment

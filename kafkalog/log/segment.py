@@ -181,18 +181,26 @@ class LogSegment:
         self.time_index.close()
 
     # --- recovery and truncation ---------------------------------------------------------------
-    def recover(self, producer_state: ProducerState | None = None) -> int:
+    def recover(self, producer_state: ProducerState | None = None, *, truncate_corrupt: bool = True) -> int:
         """Rebuild every index from the ``.log`` and cut it at the first invalid batch (§11.5).
 
-        Returns the number of bytes truncated.
+        Returns the number of bytes truncated. With ``truncate_corrupt=False`` only an incomplete
+        last batch (a torn write) may be cut; a complete batch that fails its checks raises
+        :class:`CorruptRecordError` before anything is changed.
         """
         state = producer_state if producer_state is not None else ProducerState()
+        data = self.read_bytes()
+        where = f"{self.log_path}: "
+        valid_bytes = _valid_prefix(data, self.base_offset, where=where)
+        if not truncate_corrupt and valid_bytes < _framed_prefix(data):
+            raise CorruptRecordError(
+                f"{where}corrupt batch at byte {valid_bytes} with valid data after it; nothing was "
+                "changed (run `kafkalog recover` to truncate the log there, as Kafka's recovery would)"
+            )
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
-        data = self.read_bytes()
-        valid_bytes = _valid_prefix(data, self.base_offset, where=f"{self.log_path}: ")
         batches = scan_batches(data, 0, valid_bytes)
         last_index_entry = 0
         for i in range(len(batches)):

@@ -166,7 +166,7 @@ class LogStore:
             raise InvalidTopicError(f"partition {topic}-{partition} does not exist in {self._dirs_text()}")
         return found[0]
 
-    def open_log(self, location: PartitionLocation, *, read_only: bool) -> LocalLog:
+    def open_log(self, location: PartitionLocation, *, read_only: bool, truncate_corrupt: bool = False) -> LocalLog:
         tp = location.topic_partition
         start = checkpoint.read_offset_checkpoint(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT)
         recovery = checkpoint.read_offset_checkpoint(location.log_dir / names.RECOVERY_POINT_CHECKPOINT)
@@ -174,13 +174,14 @@ class LogStore:
         clean = (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
         return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start.get(key, 0),
                              recovery_point=recovery.get(key, 0), had_clean_shutdown=clean,
-                             read_only=read_only)
+                             read_only=read_only, truncate_corrupt=truncate_corrupt)
 
     @contextmanager
-    def writable_log(self, location: PartitionLocation, *, timeout_s: float = 30.0) -> Iterator[LocalLog]:
+    def writable_log(self, location: PartitionLocation, *, timeout_s: float = 30.0,
+                     truncate_corrupt: bool = False) -> Iterator[LocalLog]:
         """Open a partition for writing under its exclusive lock; flush, checkpoint and close after."""
         with partition_lock(location.directory, timeout_s=timeout_s):
-            log = self.open_log(location, read_only=False)
+            log = self.open_log(location, read_only=False, truncate_corrupt=truncate_corrupt)
             try:
                 yield log
                 log.flush()

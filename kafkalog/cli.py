@@ -1,0 +1,311 @@
+"""The ``kafkalog`` command line (``shared/guide/cli.md``).
+
+Every command exits 0 on success, 1 with one specific line on stderr when kafkalog refuses bad input
+(nothing is changed then), and 2 for usage errors. ``--json`` prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from kafkalog.errors import ConfigError, KafkaLogError
+from kafkalog.format.compression import CompressionType
+from kafkalog.log.config import BrokerConfig, describe
+from kafkalog.log.store import LogStore
+from kafkalog.tools.partitioner import default_partition
+
+
+def _split_config(items: Sequence[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--config {item!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _broker(args: argparse.Namespace) -> BrokerConfig:
+    path = args.config_file or os.environ.get("KAFKALOG_CONFIG") or None
+    return BrokerConfig.load(path)
+
+
+def _store(args: argparse.Namespace, *, create_missing: bool = False) -> LogStore:
+    broker = _broker(args)
+    dirs: list[str] = list(args.log_dir or [])
+    if not dirs and os.environ.get("KAFKALOG_LOG_DIRS"):
+        dirs = [d for d in os.environ["KAFKALOG_LOG_DIRS"].split(",") if d.strip()]
+    if not dirs:
+        dirs = list(broker.log_dirs)
+    return LogStore([Path(d) for d in dirs], broker, create_missing=create_missing)
+
+
+def _emit_json(doc: Any, out: TextIO) -> None:
+    json.dump(doc, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+def _progress(args: argparse.Namespace, text: str) -> None:
+    if not getattr(args, "json", False) and sys.stderr.isatty():
+        sys.stderr.write(f"\r\x1b[K{text}")
+        sys.stderr.flush()
+
+
+def _progress_done(args: argparse.Namespace) -> None:
+    if not getattr(args, "json", False) and sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[K")
+
+
+# --- topics ------------------------------------------------------------------------------------
+def cmd_topics_create(args: argparse.Namespace) -> int:
+    store = _store(args, create_missing=True)
+    info = store.create_topic(args.topic, args.partitions, _split_config(args.config))
+    print(f"Created topic {info.name}.")
+    return 0
+
+
+def cmd_topics_alter(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if not args.config and not args.delete_config:
+        raise ConfigError("topics alter needs at least one --config k=v or --delete-config k")
+    store.alter_topic(args.topic, _split_config(args.config), args.delete_config or [])
+    print(f"Altered topic {args.topic}.")
+    return 0
+
+
+def cmd_topics_describe(args: argparse.Namespace) -> int:
+    store = _store(args)
+    topics = store.topics()
+    if args.topic is not None:
+        topics = {args.topic: store.topic(args.topic)}
+    docs = []
+    for info in topics.values():
+        entries = describe(store.broker, info.overrides)
+        docs.append({"topic": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
+                     "configs": [{"name": e.name, "value": e.value, "source": e.source} for e in entries]})
+    if args.json:
+        _emit_json({"topics": docs}, sys.stdout)
+        return 0
+    for doc in docs:
+        print(f"Topic: {doc['topic']}\tTopicId: {doc['topic_id']}\tPartitionCount: {doc['partitions']}")
+        for entry in doc["configs"]:
+            print(f"\t{entry['name']}={entry['value']}\t({entry['source']})")
+    return 0
+
+
+# --- produce / consume -------------------------------------------------------------------------
+def cmd_produce(args: argparse.Namespace) -> int:
+    store = _store(args)
+    info = store.topic(args.topic)
+    if args.partition is not None and not 0 <= args.partition < info.partitions:
+        raise KafkaLogError(f"partition {args.partition} does not exist: topic {args.topic} has "
+                            f"{info.partitions} partitions")
+    if args.batch_records < 1:
+        raise ConfigError(f"--batch-records {args.batch_records}: must be at least 1")
+    now_ms = int(time.time() * 1000)
+    timestamp = now_ms if args.timestamp_ms is None else args.timestamp_ms
+    if timestamp < 0:
+        raise KafkaLogError(f"--timestamp-ms {timestamp}: timestamps must not be negative")
+    config = store.log_config(args.topic)
+    if config.message_timestamp_type == "CreateTime" and not (
+            now_ms - config.message_timestamp_before_max_ms <= timestamp <= now_ms + config.message_timestamp_after_max_ms):
+        raise KafkaLogError(f"--timestamp-ms {timestamp} is outside the topic's accepted range "
+                            "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+    codec = CompressionType.from_name(args.compression) if args.compression else None
+    by_partition: dict[int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]]] = {}
+    for line in sys.stdin.buffer.read().decode("utf-8").splitlines():
+        key: bytes | None = None
+        value_text = line
+        if args.key_separator is not None:
+            key_text, sep, value_text = line.partition(args.key_separator)
+            if not sep:
+                raise KafkaLogError(f"line {line[:40]!r} has no key separator {args.key_separator!r}")
+            key = key_text.encode()
+        value = None if args.null_value is not None and value_text == args.null_value else value_text.encode()
+        partition = args.partition if args.partition is not None else default_partition(key, info.partitions)
+        by_partition.setdefault(partition, []).append((key, value, (), timestamp))
+    if config.compact and any(k is None for rows in by_partition.values() for k, *_ in rows):
+        raise KafkaLogError(f"compacted topic {args.topic} cannot accept a record without a key "
+                            "(use --key-separator)")
+    total = 0
+    for partition, rows in sorted(by_partition.items()):
+        with store.writable_log(store.locate(args.topic, partition)) as log:
+            appended = log.append_records(rows, compression=codec, batch_records=args.batch_records, now_ms=now_ms)
+            total += appended.last_offset - appended.first_offset + 1
+    if sys.stderr.isatty():
+        print(f"Produced {total} records to {args.topic}.", file=sys.stderr)
+    return 0
+
+
+def _text(blob: bytes | None) -> str:
+    return "null" if blob is None else blob.decode("utf-8", "backslashreplace")
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    store = _store(args)
+    location = store.locate(args.topic, args.partition)
+    log = store.open_log(location, read_only=True)
+    out = sys.stdout
+    for columns, row in log.read_records(args.from_offset or 0, args.max_records):
+        parts = []
+        if args.print_offset:
+            parts.append(f"{int(columns.offset[row])}\t")
+        if args.print_timestamp:
+            parts.append(f"{int(columns.timestamp[row])}\t")
+        parts.append(f"{_text(columns.key(row))}{args.key_separator}{_text(columns.value(row))}\n")
+        out.write("".join(parts))
+    return 0
+
+
+# --- dump / verify / recover -------------------------------------------------------------------
+def cmd_dump(args: argparse.Namespace) -> int:
+    from kafkalog.tools.dump import dump_files
+
+    paths = [Path(p) for p in args.files.split(",") if p]
+    return dump_files(paths, print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
+                      verify_index_only=args.verify_index_only, index_sanity_check=args.index_sanity_check,
+                      max_message_size=args.max_message_size, max_bytes=args.max_bytes,
+                      out=sys.stdout, err=sys.stderr)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from kafkalog.tools.verify import verify_store
+
+    if args.partition is not None and args.topic is None:
+        raise KafkaLogError("--partition needs --topic")
+    store = _store(args)
+    _progress(args, "verifying…")
+    report = verify_store(store, args.topic, args.partition)
+    _progress_done(args)
+    if args.json:
+        _emit_json({"ok": report.ok, "problems": report.all_problems(),
+                    "partitions": [vars(p) for p in report.partitions]}, sys.stdout)
+    else:
+        for problem in report.all_problems():
+            print(f"PROBLEM {problem}")
+        records = sum(p.records for p in report.partitions)
+        batches = sum(p.batches for p in report.partitions)
+        status = "OK" if report.ok else f"FAILED ({len(report.all_problems())} problems)"
+        print(f"{status}: {len(report.partitions)} partitions, {batches} batches, {records} records verified")
+    return 0 if report.ok else 1
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    store = _store(args)
+    results = []
+    for location in store.partitions():
+        with store.writable_log(location, truncate_corrupt=True) as log:
+            report = log.load_report
+            results.append({"topic": location.topic_partition.topic,
+                            "partition": location.topic_partition.partition,
+                            "recovered_segments": list(report.recovered_segments),
+                            "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
+                            "log_end_offset": log.log_end_offset})
+    if args.json:
+        _emit_json({"partitions": results}, sys.stdout)
+    else:
+        for r in results:
+            if r["actions"] or r["truncated_bytes"]:
+                print(f"{r['topic']}-{r['partition']}: " + "; ".join(r["actions"]))
+        acted = sum(1 for r in results if r["actions"] or r["truncated_bytes"])
+        print(f"Recovered {len(results)} partitions ({acted} needed repair).")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from kafkalog.tools.demo import run_demo
+
+    return run_demo(Path(args.dir), sys.stdout)
+
+
+# --- parser ------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-dir", action="append", metavar="DIR",
+                        help="a log directory (repeatable; env KAFKALOG_LOG_DIRS, comma-separated)")
+    common.add_argument("--config-file", metavar="FILE", help="broker defaults, server.properties style (env KAFKALOG_CONFIG)")
+    parser = argparse.ArgumentParser(prog="kafkalog", description="Kafka-format commit-log store tools.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    topics = sub.add_parser("topics", help="create, alter and describe topics").add_subparsers(dest="action", required=True)
+    p = topics.add_parser("create", parents=[common])
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--config", action="append", metavar="K=V")
+    p.set_defaults(func=cmd_topics_create)
+    p = topics.add_parser("alter", parents=[common])
+    p.add_argument("--topic", required=True)
+    p.add_argument("--config", action="append", metavar="K=V")
+    p.add_argument("--delete-config", action="append", metavar="K")
+    p.set_defaults(func=cmd_topics_alter)
+    p = topics.add_parser("describe", parents=[common])
+    p.add_argument("--topic")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_topics_describe)
+
+    p = sub.add_parser("produce", parents=[common], help="append stdin lines as records")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--key-separator")
+    p.add_argument("--null-value")
+    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--batch-records", type=int, default=500)
+    p.add_argument("--timestamp-ms", type=int)
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", parents=[common], help="print records in offset order")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--from-offset", type=int)
+    p.add_argument("--max-records", type=int)
+    p.add_argument("--print-offset", action="store_true")
+    p.add_argument("--print-timestamp", action="store_true")
+    p.add_argument("--key-separator", default="\t")
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("dump", help="kafka-dump-log.sh output for log, index and snapshot files")
+    p.add_argument("--files", required=True)
+    p.add_argument("--print-data-log", action="store_true")
+    p.add_argument("--deep-iteration", action="store_true")
+    p.add_argument("--verify-index-only", action="store_true")
+    p.add_argument("--index-sanity-check", action="store_true")
+    p.add_argument("--max-message-size", type=int, default=5 * 1024 * 1024)
+    p.add_argument("--max-bytes", type=int, default=(1 << 31) - 1)
+    p.set_defaults(func=cmd_dump)
+
+    p = sub.add_parser("verify", parents=[common], help="decode and check everything, change nothing")
+    p.add_argument("--topic")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("recover", parents=[common], help="finish interrupted swaps, rebuild indexes, cut torn tails")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_recover)
+
+    p = sub.add_parser("demo", help="write a sample log dir with every codec, dump and verify it")
+    p.add_argument("--dir", default="demo-logs")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KafkaLogError as exc:
+        print(f"kafkalog: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

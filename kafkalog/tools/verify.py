@@ -1,0 +1,226 @@
+"""``kafkalog verify``: decode everything, check everything, change nothing.
+
+Per partition: every file name is one Kafka's layout explains; every batch frames, has a valid CRC
+and decodes record by record; offsets strictly increase within and across batches and segments;
+every offset-index entry points at the start of a batch whose chunk ends at the entry's offset; the
+time index holds strictly increasing running maxima; the transaction index, producer snapshots and
+checkpoint files parse. Each problem names the file and the byte position or offset.
+
+Index entries are checked for *validity*, not equality with a rebuild: a broker's index depends on
+history the ``.log`` does not record (multi-batch appends, restarts), see fixtures/INDEXES.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kafkalog.errors import KafkaLogError
+from kafkalog.format.scan import BatchColumns, find_corrupt_batch, scan_batches, scan_records
+from kafkalog.log import checkpoint, names
+from kafkalog.log.local_log import LocalLog
+from kafkalog.log.producer_snapshot import read_producer_snapshot
+from kafkalog.log.segment import LogSegment
+from kafkalog.log.store import LogStore, PartitionLocation
+
+
+@dataclass
+class PartitionReport:
+    topic: str
+    partition: int
+    log_dir: str
+    segments: int = 0
+    batches: int = 0
+    records: int = 0
+    bytes: int = 0
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerifyReport:
+    partitions: list[PartitionReport] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # log-dir level
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(not p.problems for p in self.partitions)
+
+    def all_problems(self) -> list[str]:
+        return self.problems + [problem for p in self.partitions for problem in p.problems]
+
+
+def verify_store(store: LogStore, topic: str | None = None, partition: int | None = None) -> VerifyReport:
+    report = VerifyReport()
+    if topic is None:
+        for log_dir in store.log_dirs:
+            report.problems += _verify_log_dir_files(log_dir)
+    locations = store.partitions(topic, partition)
+    if topic is not None and not locations:
+        store.locate(topic, partition if partition is not None else 0)  # raises a clear error
+    for location in locations:
+        report.partitions.append(verify_partition(store, location))
+    return report
+
+
+def _verify_log_dir_files(log_dir: Path) -> list[str]:
+    problems = []
+    for name in (names.RECOVERY_POINT_CHECKPOINT, names.LOG_START_OFFSET_CHECKPOINT,
+                 names.REPLICATION_OFFSET_CHECKPOINT, names.CLEANER_OFFSET_CHECKPOINT):
+        try:
+            checkpoint.read_offset_checkpoint(log_dir / name)
+        except KafkaLogError as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def verify_partition(store: LogStore, location: PartitionLocation) -> PartitionReport:
+    tp = location.topic_partition
+    report = PartitionReport(tp.topic, tp.partition, str(location.log_dir))
+    try:
+        log = store.open_log(location, read_only=True)
+    except KafkaLogError as exc:
+        report.problems.append(str(exc))
+        return report
+    report.notes += log.load_report.notes
+    _verify_partition_files(location.directory, report)
+    previous_last = -1
+    for i, segment in enumerate(log.segments):
+        report.segments += 1
+        try:
+            previous_last = _verify_segment(segment, previous_last, i == len(log.segments) - 1, report)
+        except KafkaLogError as exc:
+            report.problems.append(str(exc))
+    if log.segments and log.log_start_offset > log.log_end_offset:
+        report.problems.append(f"{location.directory}: log start offset {log.log_start_offset} is past the "
+                               f"log end offset {log.log_end_offset}")
+    return report
+
+
+def _verify_partition_files(directory: Path, report: PartitionReport) -> None:
+    for path in sorted(directory.iterdir()):
+        if not path.is_file():
+            report.problems.append(f"{path}: unexpected directory inside a partition directory")
+            continue
+        try:
+            names.check_partition_file(path)
+            if path.name == names.LEADER_EPOCH_CHECKPOINT:
+                checkpoint.read_leader_epoch_checkpoint(path)
+            elif path.name == names.PARTITION_METADATA:
+                checkpoint.read_partition_metadata(path)
+            elif path.name.endswith(names.SNAPSHOT_SUFFIX):
+                read_producer_snapshot(path)
+        except KafkaLogError as exc:
+            report.problems.append(str(exc))
+
+
+def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, report: PartitionReport) -> int:
+    where = f"{segment.log_path}: "
+    data = segment.read_bytes()
+    batches = scan_batches(data, where=where)
+    report.batches += len(batches)
+    report.bytes += len(data)
+    if batches.valid_end != len(data):
+        report.problems.append(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at "
+                               f"byte {batches.valid_end} (a torn write; `kafkalog recover` truncates it)")
+    corrupt = find_corrupt_batch(data, batches, where)
+    if corrupt is not None:
+        report.problems.append(corrupt)
+        return previous_last
+    records = scan_records(data, batches, where=where)
+    report.records += len(records)
+    if len(batches):
+        first_base = int(batches.base_offset[0])
+        if first_base < segment.base_offset:
+            report.problems.append(f"{where}first batch offset {first_base} is below the segment base "
+                                   f"offset {segment.base_offset}")
+        lasts = batches.last_offset
+        bases = batches.base_offset
+        backwards = np.flatnonzero(bases[1:] <= lasts[:-1])
+        if len(backwards):
+            j = int(backwards[0]) + 1
+            report.problems.append(f"{where}batch at byte {int(batches.position[j])} starts at offset "
+                                   f"{int(bases[j])}, not after the previous batch's last offset {int(lasts[j - 1])}")
+        if int(bases[0]) <= previous_last:
+            report.problems.append(f"{where}offset {int(bases[0])} does not follow the previous segment's "
+                                   f"last offset {previous_last}")
+        if len(records):
+            inside = records.offset - batches.base_offset[records.batch_index]
+            beyond = records.offset > lasts[records.batch_index]
+            same_batch = records.batch_index[1:] == records.batch_index[:-1]
+            not_increasing = same_batch & (np.diff(records.offset) <= 0)
+            if (inside < 0).any() or beyond.any() or not_increasing.any():
+                report.problems.append(f"{where}record offsets are outside their batch or not increasing")
+        previous_last = int(lasts[-1])
+    _verify_offset_index(segment, batches, report)
+    _verify_time_index(segment, batches, is_active, report)
+    try:
+        segment.txn_index.sanity_check()
+    except KafkaLogError as exc:
+        report.problems.append(str(exc))
+    return previous_last
+
+
+def _verify_offset_index(segment: LogSegment, batches: BatchColumns, report: PartitionReport) -> None:
+    index = segment.offset_index
+    if not index.path.exists() or not len(index):
+        return
+    try:
+        index.sanity_check()
+    except KafkaLogError as exc:
+        report.problems.append(str(exc))
+        return
+    positions = batches.position
+    lasts = batches.last_offset
+    for slot in range(len(index)):
+        offset, position = index.entry(slot)
+        j = int(np.searchsorted(positions, position))
+        if j >= len(positions) or int(positions[j]) != position:
+            report.problems.append(f"{index.path}: entry {slot} (offset {offset}) points at byte {position}, "
+                                   "which is not the start of a batch")
+            return
+        reaching = np.flatnonzero(lasts[j:] >= offset)
+        if not len(reaching) or int(lasts[j + int(reaching[0])]) != offset or (j and int(lasts[j - 1]) >= offset):
+            report.problems.append(f"{index.path}: entry {slot} (offset {offset}, byte {position}) is not the "
+                                   "last offset of the chunk starting there")
+            return
+
+
+def _verify_time_index(segment: LogSegment, batches: BatchColumns, is_active: bool,
+                       report: PartitionReport) -> None:
+    index = segment.time_index
+    if not index.path.exists() or not len(index):
+        return
+    try:
+        index.sanity_check()
+    except KafkaLogError as exc:
+        report.problems.append(str(exc))
+        return
+    timestamps = index.entries["timestamp"].astype(np.int64)
+    if (np.diff(timestamps) <= 0).any():
+        report.problems.append(f"{index.path}: timestamps are not strictly increasing")
+        return
+    running_max = np.maximum.accumulate(batches.max_timestamp) if len(batches) else batches.max_timestamp
+    for slot in range(len(index)):
+        timestamp, offset = index.entry(slot)
+        # The batch holding ``offset``: older brokers stored a record's offset, newer the batch's last.
+        j = int(np.searchsorted(batches.last_offset, offset))
+        if j >= len(batches) or int(batches.base_offset[j]) > offset:
+            report.problems.append(f"{index.path}: entry {slot} offset {offset} is not in the segment")
+            return
+        if int(running_max[j]) != timestamp:
+            report.problems.append(f"{index.path}: entry {slot} timestamp {timestamp} is not the running "
+                                   f"maximum {int(running_max[j])} at offset {offset}")
+            return
+    if not is_active and len(batches) and int(timestamps[-1]) != int(running_max[-1]):
+        report.problems.append(f"{index.path}: last entry {int(timestamps[-1])} is not the segment's max "
+                               f"timestamp {int(running_max[-1])}")
+
+
+def open_read_only(directory: Path, store: LogStore) -> LocalLog:
+    tp = names.parse_partition_dir_name(directory.name)
+    if tp is None:
+        raise KafkaLogError(f"{directory}: not a partition directory")
+    return store.open_log(PartitionLocation(tp, directory.parent), read_only=True)

@@ -1,0 +1,88 @@
+"""Shared test helpers: where the Kafka-written fixtures are, and running the CLI in-process."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "kafka-real"
+
+
+def kafka_fixtures_root() -> Path:
+    """The read-only log dirs written by Apache Kafka brokers (never written to by tests).
+
+    Found at ``$KAFKALOG_FIXTURES`` or ``../shared/fixtures/kafka-real`` beside the repo. A clone
+    elsewhere skips the tests that need them; CI (``CI=true``) must have them and fails instead.
+    """
+    root = Path(os.environ.get("KAFKALOG_FIXTURES", DEFAULT_FIXTURES))
+    if not root.is_dir():
+        reason = f"Kafka-written fixtures not found at {root} (set KAFKALOG_FIXTURES)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; CI must run them")
+        pytest.skip(reason)
+    return root
+
+
+@dataclass(frozen=True)
+class FixtureDir:
+    name: str
+    data_dir: Path
+
+
+def kafka_data_dirs() -> list[FixtureDir]:
+    root = kafka_fixtures_root()
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        manifest = json.loads((folder / "MANIFEST.json").read_text())
+        out.append(FixtureDir(folder.name, folder / manifest["data_dir"]))
+    return out
+
+
+@pytest.fixture
+def fixtures_root() -> Path:
+    return kafka_fixtures_root()
+
+
+@dataclass(frozen=True)
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str, stdin: str = "") -> CliResult:
+    """Run ``kafkalog`` in this process (fast) with stdin, capturing stdout/stderr."""
+    from kafkalog.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_stdin = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8")
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse usage errors
+                code = int(exc.code or 0)
+    finally:
+        sys.stdin = old_stdin
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Path → sha256 of every file under ``root`` (to prove a command changed nothing)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def iter_log_files(root: Path) -> Iterator[Path]:
+    yield from sorted(root.rglob("*.log"))

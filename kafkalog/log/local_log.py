@@ -28,7 +28,7 @@ from kafkalog.errors import (
 )
 from kafkalog.format import batch as fmt
 from kafkalog.format.compression import CompressionType
-from kafkalog.format.scan import RecordColumns, scan_batches, scan_records
+from kafkalog.format.scan import RecordColumns, find_corrupt_batch, scan_batches, scan_records
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import LogConfig
 from kafkalog.log.index import MAX_INT
@@ -373,6 +373,9 @@ class LocalLog:
             if found is None:
                 continue
             data, batches = segment.scan(found.position)
+            corrupt = find_corrupt_batch(data, batches, where=f"{segment.log_path} (from byte {found.position}): ")
+            if corrupt is not None:
+                raise CorruptRecordError(corrupt)
             records = scan_records(data, batches, where=f"{segment.log_path}: ")
             control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
             rows = np.flatnonzero((records.offset >= start) & (records.offset < self.high_watermark) & ~control)

@@ -174,7 +174,7 @@ def _dump_log(path: Path, opts: _Options, reports: _Reports, out: TextIO) -> Non
         out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
 
 
-def _dump_chunk(view: memoryview, arr: npt.NDArray[np.uint8], cols: BatchColumns, opts: _Options,
+def _dump_chunk(view: memoryview, arr: bytearray, cols: BatchColumns, opts: _Options,
                 lines: list[str], gaps: list[tuple[int, int]], last: list[int], path: Path) -> None:
     magic = cols.magic.tolist()
     records = None
@@ -485,7 +485,7 @@ class _LogWalker:
     """Finds, like ``fileRecords.slice(position).batches.find(_.lastOffset >= target)``, the first batch
     at or after a position reaching an offset, framing the file once instead of once per entry."""
 
-    def __init__(self, arr: npt.NDArray[np.uint8], file_len: int, where: str) -> None:
+    def __init__(self, arr: bytearray, file_len: int, where: str) -> None:
         self.arr, self.file_len, self.where = arr, file_len, where
         self.cols, self.error = _frame(arr, 0, file_len, file_len, where)
 
@@ -540,7 +540,7 @@ def _lookup(offsets: list[int], positions: list[int], target: int) -> int:
     return positions[lo]
 
 
-def _first_last_offset(arr: npt.NDArray[np.uint8], pos: int, end: int, file_len: int, log: Path) -> int:
+def _first_last_offset(arr: bytearray, pos: int, end: int, file_len: int, log: Path) -> int:
     """Last offset of the first batch of ``slice(pos, end)`` (``batches.iterator.next().lastOffset``)."""
     if pos < end - 17:
         offset, length = struct.unpack_from(">qi", arr, pos)
@@ -551,7 +551,7 @@ def _first_last_offset(arr: npt.NDArray[np.uint8], pos: int, end: int, file_len:
                 return int(offset)  # a legacy entry's offset is its last offset
             if pos + _HEADER_SIZE > file_len:
                 raise _Abort(f"Failed to load record batch at position {pos} from {log}")
-            return int(offset) + struct.unpack_from(">i", arr, pos + 23)[0]
+            return int(offset) + int(struct.unpack_from(">i", arr, pos + 23)[0])
     raise _Abort(f"no complete batch at position {pos} of {log} within --max-message-size "
                  "(Kafka fails with NoSuchElementException)")
 
@@ -616,7 +616,7 @@ def _dump_txn_index(path: Path, out: TextIO) -> None:
 
 # --- helpers --------------------------------------------------------------------------------------
 
-def _frame(arr: npt.NDArray[np.uint8], start: int, end: int, file_len: int,
+def _frame(arr: bytearray, start: int, end: int, file_len: int,
            where: str) -> tuple[BatchColumns, str | None]:
     """The batches ``FileLogInputStream`` walks over ``[start, end)``, and the error it would throw
     after them (a length field below 14, or a v2 header running past the end of the file)."""
@@ -646,10 +646,10 @@ def _slice(cols: BatchColumns, a: int, b: int) -> BatchColumns:
     return BatchColumns(**parts, valid_end=valid_end)
 
 
-def _read(path: Path) -> tuple[npt.NDArray[np.uint8], int]:
+def _read(path: Path) -> tuple[bytearray, int]:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        arr = np.zeros(size + _PAD, dtype=np.uint8)
+        arr = bytearray(size + _PAD)
         got = f.readinto(memoryview(arr)[:size])
     return arr, got or 0
 

@@ -18,7 +18,6 @@ import pytest
 
 from kafkalog.errors import CorruptRecordError, InvalidRecordError
 from kafkalog.format.batch import (
-    BatchHeader,
     ControlType,
     Record,
     TimestampType,
@@ -34,7 +33,7 @@ from kafkalog.format.batch import (
     parse_header,
     verify_batch,
 )
-from kafkalog.format.compression import CompressionType
+from kafkalog.format.compression import CompressionType, compress
 from kafkalog.format.scan import find_corrupt_batch, scan_batches, scan_records
 from kafkalog.format.varint import decode_varint, decode_varlong
 
@@ -452,49 +451,59 @@ def test_declared_count_too_low_names_leftover_bytes() -> None:
 
 GOOD_HEADERS = zz(2) + blob(b"h1") + blob(b"v1") + blob(b"h2") + zz(-1)
 
+# case -> (records section, what decode_records says, what scan_records says)
 INVALID_RECORDS = {
     # key/value sizes beyond the record body (testInvalidKeySize / testInvalidValueSize*)
-    "key size past body": record(body(key=zz(105) + b"abc")),
-    "value size past body": record(body(key=blob(b"k"), value=zz(50) + b"xy")),
+    "key size past body": (record(body(key=zz(105) + b"abc")), "premature EOF", "premature EOF"),
+    "value size past body": (record(body(key=blob(b"k"), value=zz(50) + b"xy")), "premature EOF",
+                             "premature EOF"),
     # headers (testInvalidNumHeaders*, testInvalidHeaderKey, testNullHeaderKey, ...)
-    "negative header count": record(body(headers=zz(-1))),
-    "header count > remaining bytes": record(body(headers=zz(3) + blob(b"a"))),
-    "header count partial": record(body(headers=zz(2) + blob(b"a") + blob(b"b"))),
-    "null header key": record(body(headers=zz(1) + zz(-1) + blob(b"v"))),
-    "header key size past body": record(body(headers=zz(1) + zz(105) + b"k" + blob(b"v"))),
-    "header value size past body": record(body(headers=zz(1) + blob(b"k") + zz(40) + b"v")),
+    "negative header count": (record(body(headers=zz(-1))), "invalid header count -1", "header count"),
+    "header count > remaining bytes": (record(body(headers=zz(3) + blob(b"a"))), "invalid header count 3",
+                                       "header count"),
+    "header count partial": (record(body(headers=zz(2) + blob(b"a") + blob(b"b"))), "premature EOF",
+                             "premature EOF"),
+    "null header key": (record(body(headers=zz(1) + zz(-1) + blob(b"v"))), "null header key",
+                        "null header key"),
+    "header key size past body": (record(body(headers=zz(1) + zz(105) + b"k" + blob(b"v"))),
+                                  "premature EOF", "premature EOF"),
+    "header value size past body": (record(body(headers=zz(1) + blob(b"k") + zz(40) + b"v")),
+                                    "premature EOF", "premature EOF"),
     # body length vs the bytes its fields take
-    "body longer than fields": record(body() + b"\x00"),
-    "body shorter than fields": zz(len(body()) - 1) + body(),
-    "body past the section": zz(40) + body(),
-    "negative body length": zz(-3) + body(),
+    "body longer than fields": (record(body() + b"\x00"), "expected to read 7 bytes, read 6",
+                                "record size does not match"),
+    "body shorter than fields": (zz(len(body()) - 1) + body(), "premature EOF", "premature EOF"),
+    "body past the section": (zz(40) + body(), "record body of 40 bytes", "runs past the end"),
+    "negative body length": (zz(-3) + body(), "record body of -3 bytes", "runs past the end"),
     # varints (testInvalidVarlong, testUnderflowReadingVarlong, testUnderflowReadingTimestamp)
-    "varlong of 11 bytes": record(b"\x00" + b"\xff" * 10 + b"\x01" + zz(0) + zz(-1) + zz(-1) + zz(0)),
-    "varint of 6 bytes": record(b"\x00" + zz(0) + b"\xff" * 5 + b"\x01" + zz(-1) + zz(-1) + zz(0)),
-    "body ends inside the timestamp": record(b"\x00\xff\xff"),
-    "body ends inside the offset delta": record(b"\x00" + zz(0) + b"\x80"),
-    "length varint never ends": b"\xff\xff\xff\xff\xff\x01" + body(),
+    "varlong of 11 bytes": (record(b"\x00" + b"\xff" * 10 + b"\x01" + zz(0) + zz(-1) + zz(-1) + zz(0)),
+                            "varint longer than 10 bytes", "varint longer"),
+    "varint of 6 bytes": (record(b"\x00" + zz(0) + b"\xff" * 5 + b"\x01" + zz(-1) + zz(-1) + zz(0)),
+                          "varint longer than 5 bytes", "varint longer"),
+    "body ends inside the timestamp": (record(b"\x00\xff\xff"), "premature EOF", "cannot fit"),
+    "body ends inside the offset delta": (record(b"\x00" + zz(0) + b"\x80"), "premature EOF", "cannot fit"),
+    "length varint never ends": (b"\xff\xff\xff\xff\xff\x01" + body(), "varint longer than 5 bytes",
+                                 "varint longer"),
 }
 
 
 @pytest.mark.parametrize("case", list(INVALID_RECORDS))
 def test_invalid_record(case: str) -> None:
-    batch = raw_batch(INVALID_RECORDS[case], 1)
+    section, decode_error, scan_error = INVALID_RECORDS[case]
+    batch = raw_batch(section, 1)
     verify_batch(batch)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordError, match=decode_error):
         decode_records(batch)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordError, match=scan_error):
         scan_records(batch, scan_batches(batch))
 
 
 def test_invalid_record_inside_compressed_section() -> None:
-    from kafkalog.format.compression import compress
-
-    section = record(body(key=blob(b"k"))) + INVALID_RECORDS["null header key"]
+    section = record(body(key=blob(b"k"))) + INVALID_RECORDS["null header key"][0]
     batch = raw_batch(compress(C.GZIP, section), 2, attributes=1, last_offset_delta=1)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordError, match="null header key"):
         decode_records(batch)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(InvalidRecordError, match="null header key"):
         scan_records(batch, scan_batches(batch))
 
 

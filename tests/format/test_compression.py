@@ -4,7 +4,6 @@ python-snappy) and the error contract (only CompressionError ever escapes)."""
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import zlib
@@ -41,8 +40,13 @@ def _text(size: int, seed: int = 7) -> bytes:
     return bytes(out[:size])
 
 
-MIXED_100K = os.urandom(40_000) + _text(60_000)  # crosses 32 KiB snappy chunks and 64 KiB lz4 blocks
-SIZES = {"empty": b"", "one": b"x", "mixed-100k": MIXED_100K, "random-70k": os.urandom(70_000)}
+def _random(size: int, seed: int = 1) -> bytes:
+    """Incompressible bytes, the same on every run."""
+    return random.Random(seed).randbytes(size)
+
+
+MIXED_100K = _random(40_000) + _text(60_000)  # crosses 32 KiB snappy chunks and 64 KiB lz4 blocks
+SIZES = {"empty": b"", "one": b"x", "mixed-100k": MIXED_100K, "random-70k": _random(70_000, 2)}
 
 
 def _magics(codec: CompressionType) -> list[int]:
@@ -190,7 +194,7 @@ def test_snappy_empty_input_is_header_only() -> None:
 
 @pytest.mark.parametrize("size", [1, 15, 100, 130, 20_000])
 def test_snappy_raw_block_fallback(size: int) -> None:
-    data = os.urandom(size)
+    data = _random(size, size)
     raw = snappy.compress(data)  # a bare raw block, as librdkafka and others write
     assert raw[:8] != XERIAL_HEADER[:8]
     assert decompress(C.SNAPPY, raw) == data
@@ -198,7 +202,7 @@ def test_snappy_raw_block_fallback(size: int) -> None:
 
 def test_snappy_raw_block_starting_with_0x82() -> None:
     # Length 130 encodes as varint 82 01: snappy-java still takes the raw path (no full magic).
-    data = os.urandom(130)
+    data = _random(130, 3)
     raw = snappy.compress(data)
     assert raw[0] == 0x82 and len(raw) >= 16
     assert decompress(C.SNAPPY, raw) == data

@@ -1,0 +1,212 @@
+"""End to end through the ``kafkalog`` CLI: produce/consume, interop of what it writes, bad input
+refused with nothing changed, and recovery of damaged log dirs."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tree_digest
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+def _create(log_dir: Path, topic: str = "t", partitions: int = 1, *configs: str) -> None:
+    args = ["topics", "create", "--log-dir", str(log_dir), "--topic", topic, "--partitions", str(partitions)]
+    for config in configs:
+        args += ["--config", config]
+    result = run_cli(*args)
+    assert result.code == 0, result.err
+
+
+def _produce(log_dir: Path, lines: list[str], *extra: str, topic: str = "t") -> None:
+    result = run_cli("produce", "--log-dir", str(log_dir), "--topic", topic, *extra, stdin="\n".join(lines) + "\n")
+    assert result.code == 0, result.err
+
+
+def _consume(log_dir: Path, *extra: str, topic: str = "t", partition: int = 0) -> list[str]:
+    result = run_cli("consume", "--log-dir", str(log_dir), "--topic", topic, "--partition", str(partition), *extra)
+    assert result.code == 0, result.err
+    return result.out.splitlines()
+
+
+def _segments(log_dir: Path, partition: str = "t-0") -> list[Path]:
+    return sorted((log_dir / partition).glob("*.log"))
+
+
+LINES = [f"k{i % 17}:value-{i}" for i in range(300)] + ["k1:__NULL__", "k2:"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_produce_then_consume_every_codec(tmp_path: Path, codec: str) -> None:
+    _create(tmp_path, "t", 1, "segment.bytes=1000")
+    _produce(tmp_path, LINES, "--partition", "0", "--key-separator", ":", "--null-value", "__NULL__",
+             "--compression", codec, "--batch-records", "20", "--timestamp-ms", "1700000000000")
+    out = _consume(tmp_path, "--print-offset", "--print-timestamp", "--key-separator", "=")
+    expected = [f"{i}\t1700000000000\t{line.split(':', 1)[0]}={line.split(':', 1)[1]}" for i, line in enumerate(LINES)]
+    expected[-2] = "300\t1700000000000\tk1=null"
+    assert out == expected
+    assert len(_segments(tmp_path)) > 1  # segment.bytes=1000 rolled the log
+    assert _consume(tmp_path, "--from-offset", "298", "--max-records", "2") == ["k9\tvalue-298", "k10\tvalue-299"]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_logs_written_by_produce_parse_with_kafka_python_and_aiokafka(tmp_path: Path, codec: str) -> None:
+    from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+    from kafka.record import MemoryRecords
+
+    _create(tmp_path)
+    _produce(tmp_path, ["a:1", "b:__NULL__", "c:3", "plain-no-key"][:3], "--partition", "0", "--key-separator", ":",
+             "--null-value", "__NULL__", "--compression", codec, "--batch-records", "2", "--timestamp-ms", "1700000000123")
+    data = _segments(tmp_path)[0].read_bytes()
+    seen = []
+    records = MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        assert batch.validate_crc()
+        assert batch.compression_type == CODECS.index(codec)
+        seen += [(r.offset, r.timestamp, r.key, r.value) for r in batch]
+    expected = [(0, 1700000000123, b"a", b"1"), (1, 1700000000123, b"b", None), (2, 1700000000123, b"c", b"3")]
+    assert seen == expected
+    aio_seen = []
+    aio = AioMemoryRecords(data)
+    while (batch := aio.next_batch()) is not None:
+        assert batch.validate_crc()
+        aio_seen += [(r.offset, r.timestamp, r.key, r.value) for r in batch]
+    assert aio_seen == expected
+
+
+def test_keyed_records_go_where_kafkas_default_partitioner_sends_them(tmp_path: Path) -> None:
+    from kafka.partitioner.default import murmur2
+
+    _create(tmp_path, "t", 4)
+    keys = [f"user-{i}" for i in range(40)]
+    _produce(tmp_path, [f"{k}:v" for k in keys], "--key-separator", ":")
+    for partition in range(4):
+        got = {line.split("\t")[0] for line in _consume(tmp_path, partition=partition)}
+        want = {k for k in keys if (murmur2(k.encode()) & 0x7FFFFFFF) % 4 == partition}  # kafka-python's own
+        assert want
+        assert got == want
+
+
+# --- bad input is refused and changes nothing ---------------------------------------------------
+def _flip(path: Path, position: int, value: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] = (data[position] ^ 0xFF) if value is None else value
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def written(tmp_path: Path) -> Path:
+    _create(tmp_path, "t", 1)
+    _produce(tmp_path, [f"k{i}:v{i}" for i in range(100)], "--partition", "0", "--key-separator", ":",
+             "--batch-records", "10")
+    return tmp_path
+
+
+def _assert_refused(log_dir: Path, args: list[str], must_mention: list[str], stdin: str = "") -> str:
+    before = tree_digest(log_dir)
+    result = run_cli(*args, stdin=stdin)
+    assert result.code != 0
+    text = result.out + result.err
+    for word in must_mention:
+        assert word in text, text
+    assert tree_digest(log_dir) == before
+    return text
+
+
+def test_flipped_crc_byte_is_reported_with_file_and_offset(written: Path) -> None:
+    segment = _segments(written)[0]
+    second_batch = 12 + struct.unpack_from(">i", segment.read_bytes(), 8)[0]
+    _flip(segment, second_batch + 70)  # inside the second batch's records
+    text = _assert_refused(written, ["verify", "--log-dir", str(written)],
+                           [str(segment), f"byte {second_batch}", "offset 10", "crc"])
+    assert "FAILED" in text
+    _assert_refused(written, ["consume", "--log-dir", str(written), "--topic", "t", "--partition", "0"],
+                    [str(segment), "crc"])
+
+
+def test_bad_magic_is_reported(written: Path) -> None:
+    segment = _segments(written)[0]
+    _flip(segment, 16, 7)
+    _assert_refused(written, ["verify", "--log-dir", str(written)], [str(segment), "invalid magic 7", "byte 0"])
+
+
+def test_length_past_eof_is_reported(written: Path) -> None:
+    segment = _segments(written)[0]
+    data = segment.read_bytes()
+    struct.pack_into(">i", data := bytearray(data), 8, 10_000_000)
+    segment.write_bytes(bytes(data))
+    _assert_refused(written, ["verify", "--log-dir", str(written)], [str(segment), "incomplete batch at byte 0"])
+
+
+def test_garbage_file_in_partition_dir_is_refused(written: Path) -> None:
+    (written / "t-0" / "notes.txt").write_text("hello")
+    _assert_refused(written, ["verify", "--log-dir", str(written)], ["notes.txt", "unknown file"])
+    _assert_refused(written, ["produce", "--log-dir", str(written), "--topic", "t", "--partition", "0"],
+                    ["notes.txt"], stdin="x\n")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["topics", "create", "--topic", "bad/name"], ["bad/name"]),
+    (["topics", "create", "--topic", ".."], ["'..'"]),
+    (["topics", "create", "--topic", "x", "--config", "no.such.key=1"], ["no.such.key"]),
+    (["topics", "create", "--topic", "x", "--config", "segment.bytes=-5"], ["segment.bytes", "-5"]),
+    (["topics", "alter", "--topic", "t", "--config", "retention.ms=abc"], ["retention.ms", "abc"]),
+    (["topics", "create", "--topic", "t"], ["already exists"]),
+    (["produce", "--topic", "missing"], ["missing", "does not exist"]),
+    (["consume", "--topic", "t", "--partition", "9"], ["t-9", "does not exist"]),
+])
+def test_bad_admin_input_is_refused(written: Path, args: list[str], words: list[str]) -> None:
+    _assert_refused(written, [args[0], *args[1:2], "--log-dir", str(written), *args[2:]]
+                    if args[0] == "topics" else [args[0], "--log-dir", str(written), *args[1:]], words)
+
+
+def test_missing_log_dir_is_refused(tmp_path: Path) -> None:
+    result = run_cli("verify", "--log-dir", str(tmp_path / "nope"))
+    assert result.code == 1 and "does not exist" in result.err
+
+
+# --- recovery ------------------------------------------------------------------------------------
+def test_deleted_indexes_are_rebuilt_identically(tmp_path: Path) -> None:
+    _create(tmp_path, "t", 1, "segment.bytes=20000", "index.interval.bytes=500")
+    _produce(tmp_path, [f"k{i}:{'v' * 50}{i}" for i in range(1000)], "--partition", "0", "--key-separator", ":",
+             "--batch-records", "5")
+    indexes = sorted((tmp_path / "t-0").glob("*index"))
+    assert len(indexes) > 4
+    originals = {p: p.read_bytes() for p in indexes}
+    assert any(len(b) for b in originals.values())
+    for path in indexes:
+        path.unlink()
+    assert run_cli("recover", "--log-dir", str(tmp_path)).code == 0
+    assert {p: p.read_bytes() for p in indexes} == originals
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
+
+
+def test_torn_last_batch_is_truncated_and_nothing_before_it_lost(tmp_path: Path) -> None:
+    _create(tmp_path, "t", 1)
+    _produce(tmp_path, [f"k{i}:v{i}" for i in range(95)], "--partition", "0", "--key-separator", ":",
+             "--batch-records", "10")
+    segment = _segments(tmp_path)[0]
+    data = segment.read_bytes()
+    last_batch = data.rfind(struct.pack(">q", 90))  # base offset of the last batch (offsets 90..94)
+    segment.write_bytes(data[: last_batch + (len(data) - last_batch) // 2])
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 1
+    result = run_cli("recover", "--log-dir", str(tmp_path))
+    assert result.code == 0 and "truncated" in result.out
+    assert segment.stat().st_size == last_batch
+    assert _consume(tmp_path) == [f"k{i}\tv{i}" for i in range(90)]
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
+    _produce(tmp_path, ["k90:again"], "--partition", "0", "--key-separator", ":")
+    assert _consume(tmp_path, "--from-offset", "89", "--print-offset") == ["89\tk89\tv89", "90\tk90\tagain"]
+
+
+def test_produce_refuses_to_cut_a_corrupt_batch_in_the_unflushed_tail(tmp_path: Path) -> None:
+    _create(tmp_path, "t", 1)
+    _produce(tmp_path, [f"k{i}:v{i}" for i in range(30)], "--partition", "0", "--key-separator", ":",
+             "--batch-records", "10")
+    (tmp_path / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 0\n")  # as after a crash
+    segment = _segments(tmp_path)[0]
+    _flip(segment, 12 + struct.unpack_from(">i", segment.read_bytes(), 8)[0] + 70)
+    _assert_refused(tmp_path, ["produce", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0"],
+                    [str(segment), "corrupt batch", "kafkalog recover"], stdin="x\n")

@@ -85,7 +85,7 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
     topics = store.topics()
     if args.topic is not None:
         topics = {args.topic: store.topic(args.topic)}
-    docs = []
+    docs: list[dict[str, Any]] = []
     for info in topics.values():
         entries = describe(store.broker, info.overrides)
         docs.append({"topic": info.name, "topic_id": info.topic_id, "partitions": info.partitions,
@@ -114,8 +114,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if timestamp < 0:
         raise KafkaLogError(f"--timestamp-ms {timestamp}: timestamps must not be negative")
     config = store.log_config(args.topic)
-    if config.message_timestamp_type == "CreateTime" and not (
-            now_ms - config.message_timestamp_before_max_ms <= timestamp <= now_ms + config.message_timestamp_after_max_ms):
+    earliest = now_ms - config.message_timestamp_before_max_ms
+    latest = now_ms + config.message_timestamp_after_max_ms
+    if config.message_timestamp_type == "CreateTime" and not earliest <= timestamp <= latest:
         raise KafkaLogError(f"--timestamp-ms {timestamp} is outside the topic's accepted range "
                             "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
     codec = CompressionType.from_name(args.compression) if args.compression else None
@@ -199,7 +200,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     store = _store(args)
-    results = []
+    results: list[dict[str, Any]] = []
     for location in store.partitions():
         with store.writable_log(location, truncate_corrupt=True) as log:
             report = log.load_report
@@ -230,11 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--log-dir", action="append", metavar="DIR",
                         help="a log directory (repeatable; env KAFKALOG_LOG_DIRS, comma-separated)")
-    common.add_argument("--config-file", metavar="FILE", help="broker defaults, server.properties style (env KAFKALOG_CONFIG)")
+    common.add_argument("--config-file", metavar="FILE",
+                        help="broker defaults, server.properties style (env KAFKALOG_CONFIG)")
     parser = argparse.ArgumentParser(prog="kafkalog", description="Kafka-format commit-log store tools.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    topics = sub.add_parser("topics", help="create, alter and describe topics").add_subparsers(dest="action", required=True)
+    topics = sub.add_parser("topics", help="create, alter and describe topics").add_subparsers(
+        dest="action", required=True)
     p = topics.add_parser("create", parents=[common])
     p.add_argument("--topic", required=True)
     p.add_argument("--partitions", type=int, default=1)

@@ -58,7 +58,8 @@ def test_logs_written_by_produce_parse_with_kafka_python_and_aiokafka(tmp_path: 
 
     _create(tmp_path)
     _produce(tmp_path, ["a:1", "b:__NULL__", "c:3", "plain-no-key"][:3], "--partition", "0", "--key-separator", ":",
-             "--null-value", "__NULL__", "--compression", codec, "--batch-records", "2", "--timestamp-ms", "1700000000123")
+             "--null-value", "__NULL__", "--compression", codec, "--batch-records", "2",
+             "--timestamp-ms", "1700000000123")
     data = _segments(tmp_path)[0].read_bytes()
     seen = []
     records = MemoryRecords(data)

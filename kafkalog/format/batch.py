@@ -154,9 +154,12 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
         raise CorruptRecordError(
             f"batch at byte {pos} is {len(buf) - pos} bytes, smaller than the 61-byte v2 header"
         )
-    fields = HEADER.unpack_from(buf, pos)
+    (base_offset, length, leader_epoch, magic, crc, attributes, last_offset_delta, base_timestamp,
+     max_timestamp, producer_id, producer_epoch, base_sequence, records_count) = HEADER.unpack_from(buf, pos)
     # Only the low byte of the attributes is meaningful (the reader casts to byte).
-    return BatchHeader(*fields[:5], fields[5] & 0xFF, *fields[6:], position=pos)
+    return BatchHeader(base_offset, length, leader_epoch, magic, crc, attributes & 0xFF, last_offset_delta,
+                       base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+                       records_count, position=pos)
 
 
 def compute_crc(batch: bytes | bytearray | memoryview) -> int:

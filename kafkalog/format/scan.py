@@ -15,6 +15,7 @@ every batch is uncompressed v2, otherwise an arena holding each batch's decompre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -46,13 +47,13 @@ _ERROR_TEXT = {
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _be32(buf: U8, p: int) -> int:
+def _be32(buf: U8, p: int) -> Any:
     v = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
     return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _be64(buf: U8, p: int) -> int:
+def _be64(buf: U8, p: int) -> Any:
     v = np.uint64(0)
     for i in range(8):
         v = (v << np.uint64(8)) | np.uint64(buf[p + i])
@@ -103,7 +104,7 @@ def _fill_batches(buf: U8, start: int, count: int, cols: I64) -> None:
             cols[5, i] = buf[pos + 17]
             cols[6, i] = _be32(buf, pos + 12) & 0xFFFFFFFF
             cols[7, i] = -1
-            ts = np.int64(-1)
+            ts: Any = np.int64(-1)
             if magic == 1 and length >= 14:
                 ts = _be64(buf, pos + 18)
             cols[8, i] = ts
@@ -175,7 +176,7 @@ def scan_batches(buf: bytes | bytearray | memoryview | U8, start: int = 0, end: 
         )
     cols = np.empty((len(_BATCH_FIELDS), count), dtype=np.int64)
     _fill_batches(arr, start, count, cols)
-    return BatchColumns(*cols, valid_end=int(valid_end))  # type: ignore[arg-type]
+    return BatchColumns(**dict(zip(_BATCH_FIELDS, cols, strict=True)), valid_end=int(valid_end))
 
 
 def _be32_py(arr: U8, p: int) -> int:
@@ -185,7 +186,7 @@ def _be32_py(arr: U8, p: int) -> int:
 def find_corrupt_batch(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
                        where: str = "") -> str | None:
     """Check magic, size and CRC of every entry; describe the first failure, or None."""
-    view = memoryview(as_array(buf))
+    view = memoryview(as_array(buf))  # type: ignore[arg-type]  # ndarray is a buffer
     for i in range(len(batches)):
         pos, size, magic = int(batches.position[i]), int(batches.size[i]), int(batches.magic[i])
         offset = int(batches.base_offset[i])
@@ -207,7 +208,7 @@ def find_corrupt_batch(buf: bytes | bytearray | memoryview | U8, batches: BatchC
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _varint(buf: U8, p: int, end: int, max_bytes: int) -> tuple[int, int, int]:
+def _varint(buf: U8, p: int, end: int, max_bytes: int) -> Any:
     """(value, next position, error code)."""
     u = np.uint64(0)
     shift = np.uint64(0)
@@ -341,7 +342,7 @@ class RecordColumns:
 
         keys = []
         p, end = int(self.headers_pos[i]), int(self.record_pos[i] + self.record_size[i])
-        view = memoryview(self.data)
+        view = memoryview(self.data)  # type: ignore[arg-type]  # ndarray is a buffer
         for _ in range(int(self.headers_count[i])):
             n, p = decode_varint(view, p, end)
             keys.append(view[p:p + n].tobytes().decode("utf-8", "replace"))
@@ -397,8 +398,9 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
 def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
                          where: str) -> tuple[U8, I64, I64]:
     """Build an arena of every batch's (decompressed) records section."""
-    view = memoryview(arr)
+    view = memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
     parts: list[bytes | memoryview] = []
+    section: bytes | memoryview
     starts = np.empty(len(batches), dtype=np.int64)
     ends = np.empty(len(batches), dtype=np.int64)
     cursor = 0
@@ -420,7 +422,7 @@ def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
 
 def _legacy_records(arr: U8, batches: BatchColumns, where: str) -> RecordColumns:
     """v0/v1 segments (read-only, rare): decode in Python into the same columns."""
-    view = memoryview(arr)
+    view = memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
     parts: list[bytes] = []
     rows: list[tuple[int, int, int, int, int, int, int]] = []
     cursor = 0

@@ -336,6 +336,38 @@ class LocalLog:
         entries = [(e, o) for e, o in entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
         checkpoint.write_leader_epoch_checkpoint(path, entries)
 
+    def truncate_to(self, offset: int) -> int:
+        """Drop every record at or after ``offset`` (``UnifiedLog.truncateTo``); returns bytes removed.
+
+        Segments wholly at or past ``offset`` are deleted, the one holding it is cut, producer state
+        and the leader-epoch cache are reset to what the remaining log says.
+        """
+        self._check_writable()
+        if offset >= self._log_end_offset:
+            return 0
+        if offset < self.log_start_offset:
+            raise InvalidOffsetError(f"{self.topic_partition}: cannot truncate to {offset}, below the log "
+                                     f"start offset {self.log_start_offset}")
+        removed = 0
+        keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
+        for segment in self._segments[len(keep):]:
+            removed += segment.size
+            segment.delete_files()
+            names.snapshot_file(self.directory, segment.base_offset).unlink(missing_ok=True)
+        self._segments = keep
+        removed += keep[-1].truncate_to(offset)
+        self._log_end_offset = keep[-1].read_next_offset()
+        for path in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}"):
+            if names.offset_from_file_name(path.name) > self._log_end_offset:
+                path.unlink()
+        epochs = self.directory / names.LEADER_EPOCH_CHECKPOINT
+        if epochs.exists():
+            kept = [(e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(epochs) if o < self._log_end_offset]
+            checkpoint.write_leader_epoch_checkpoint(epochs, kept)
+        self._producer_state = None
+        self.recovery_point = min(self.recovery_point, self._log_end_offset)
+        return removed
+
     def flush(self) -> None:
         """fsync everything written; the recovery point moves to the log end."""
         for segment in self._segments:

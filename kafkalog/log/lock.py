@@ -13,7 +13,7 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from kafkalog.errors import LogLockedError
@@ -44,11 +44,11 @@ def file_lock(path: Path, *, exclusive: bool = True, timeout_s: float = 30.0) ->
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def partition_lock(partition_dir: Path, *, timeout_s: float = 30.0) -> Iterator[None]:
+def partition_lock(partition_dir: Path, *, timeout_s: float = 30.0) -> AbstractContextManager[None]:
     """The exclusive lock of one partition directory."""
-    return file_lock(Path(partition_dir) / names.PARTITION_LOCK_FILE, timeout_s=timeout_s)  # type: ignore[return-value]
+    return file_lock(Path(partition_dir) / names.PARTITION_LOCK_FILE, timeout_s=timeout_s)
 
 
-def log_dir_lock(log_dir: Path, *, timeout_s: float = 30.0) -> Iterator[None]:
+def log_dir_lock(log_dir: Path, *, timeout_s: float = 30.0) -> AbstractContextManager[None]:
     """The lock serialising topic administration (create/alter) within one log dir."""
-    return file_lock(Path(log_dir) / names.ADMIN_LOCK_FILE, timeout_s=timeout_s)  # type: ignore[return-value]
+    return file_lock(Path(log_dir) / names.ADMIN_LOCK_FILE, timeout_s=timeout_s)

@@ -204,7 +204,7 @@ class LogSegment:
         batches = scan_batches(data, 0, valid_bytes)
         last_index_entry = 0
         for i in range(len(batches)):
-            position, size = int(batches.position[i]), int(batches.size[i])
+            position = int(batches.position[i])
             last_offset = int(batches.last_offset[i])
             max_ts = int(batches.max_timestamp[i])
             if max_ts > self.max_timestamp_so_far:

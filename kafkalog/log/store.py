@@ -18,10 +18,10 @@ from typing import Any
 
 from kafkalog.errors import InvalidTopicError, LogDirError
 from kafkalog.log import checkpoint, names
-from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_overrides
+from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_name, validate_topic_overrides
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import log_dir_lock, partition_lock
-from kafkalog.log.names import TopicPartition, validate_topic_name
+from kafkalog.log.names import TopicPartition
 
 # Kafka's internal topics are created compacted by the broker; a log dir copied from a broker has no
 # record of that, so without this table retention would treat them as `delete` topics.
@@ -125,7 +125,6 @@ class LogStore:
         with self._admin_lock():
             info = self.topic(name)
             unknown = [k for k in delete_configs if k not in info.overrides]
-            validate_topic_overrides({k: "0" for k in []})  # keeps the import meaningful for mypy
             if unknown:
                 raise InvalidTopicError(f"topic {name!r} has no override for {', '.join(unknown)} to delete")
             overrides = {k: v for k, v in info.overrides.items() if k not in delete_configs}

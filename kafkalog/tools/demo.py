@@ -51,7 +51,8 @@ def run_demo(directory: Path, out: TextIO) -> int:
     out.write(f"Wrote a sample log dir at {directory}\n")
     for location in store.partitions():
         log = store.open_log(location, read_only=True)
-        out.write(f"  {location.topic_partition}: codec={_codec_of(location.topic_partition.partition, location.topic_partition.topic)} "
+        tp = location.topic_partition
+        out.write(f"  {tp}: codec={_codec_of(tp.partition, tp.topic)} "
                   f"segments={len(log.segments)} log_end_offset={log.log_end_offset} bytes={log.size_in_bytes}\n")
     first = store.locate("demo-events", CompressionType.LZ4)
     segment = names.log_file(first.directory, 0)

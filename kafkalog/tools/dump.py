@@ -1,16 +1,19 @@
 """``kafka-dump-log.sh`` (``kafka.tools.DumpLogSegments``, spec §14): the same output, line for line.
 
 Each file prints ``Dumping <path>`` and is dispatched on the text after the last dot of its name:
-``.log`` and KRaft ``.checkpoint`` snapshots (batches, ``--deep-iteration`` records), ``.index``,
-``.timeindex``, ``.txnindex``, ``.snapshot``; anything else is ignored with a note on ``err``. Problems
-Kafka collects while dumping (index mismatches, non-consecutive offsets) go to ``err`` after the last
-file, in the order Kafka prints them. Where Kafka's tool throws (a corrupt length field, a missing
-``.log`` beside an index, a failed sanity check) the dump stops there with one line on ``err`` and a
-non-zero exit code; what was printed before stays as Kafka would have printed it.
+``.log`` and KRaft ``.checkpoint`` snapshots (batches; records with ``--deep-iteration``), ``.index``,
+``.timeindex``, ``.txnindex``, ``.snapshot``; anything else is ignored with a note on ``err``. What Kafka
+collects on the way (index mismatches, non-consecutive offsets) goes to ``err`` after the last file, in
+Kafka's order. Where Kafka's tool throws (a length field below 14, a ``.log`` missing beside an index,
+a failed sanity check) the dump stops with one line on ``err`` and exit code 1; the lines printed up
+to there are the ones Kafka prints before its stack trace.
 
-Index files are read as Kafka's dump reads them (every slot up to ``length // entry_size``, stopping at
-the first zero-filled slot after the first), not through :mod:`kafkalog.log.index`, whose view trims
-that tail: the sanity check and the time-index lookups must see the slots Kafka sees.
+Index files are read the way Kafka's dump reads them, every slot up to ``length // entry_size`` with
+the stop at the first zero-filled slot after the first, rather than through :mod:`kafkalog.log.index`,
+which drops that tail on load: Kafka's sanity check and time-index lookups see those slots.
+
+Big segments: batch headers come from :func:`scan_batches` and records from :func:`scan_records` in
+chunks of batches, so the time goes into formatting lines (~2 µs a record), not into parsing.
 """
 
 from __future__ import annotations
@@ -21,12 +24,11 @@ import os
 import re
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-import numpy.typing as npt
 
 from kafkalog.errors import KafkaLogError
 from kafkalog.format import compression, legacy
@@ -47,9 +49,9 @@ from kafkalog.log.txn_index import AbortedTxn, format_dump_line
 __all__ = ["dump_files"]
 
 MAX_INT = (1 << 31) - 1
-_HEADER_SIZE = 61
-_PAD = 64  # zero bytes after a file so a tiny last v2 entry's 61-byte header read stays in bounds
-_CHUNK = 4096  # batches per scan/format round: bounds memory on multi-GB segments
+_HEADER = 61  # v2 batch header size
+_PAD = 64  # zero bytes after a file's data: a v2 header read of a tiny last entry stays in bounds
+_CHUNK = 4096  # batches per scan-and-format round: bounds memory on multi-GB segments
 _TS_LABEL = {0: "CreateTime", 8: "LogAppendTime"}
 _KRAFT_LABEL = {3: "SnapshotHeader", 4: "SnapshotFooter", 5: "KRaftVersion", 6: "KRaftVoters"}
 _JAVA_LONG = re.compile(r"[+-]?[0-9]+")
@@ -58,10 +60,23 @@ _BATCH_FIELDS = ("position", "size", "base_offset", "last_offset_delta", "magic"
                  "base_sequence", "partition_leader_epoch")
 _OFFSET_INDEX = np.dtype([("offset", ">i4"), ("position", ">i4")])
 _TIME_INDEX = np.dtype([("timestamp", ">i8"), ("offset", ">i4")])
+# Kafka's stderr reports, in its order: (kind, per-file heading, line, newest first). The index and
+# non-consecutive lists are Scala lists Kafka prepends to, so they print in reverse.
+_REPORTS = (
+    ("index", "Mismatches in :{}", "  Index offset: {}, log offset: {}", True),
+    ("time", "Found timestamp mismatch in :{}", "  Index timestamp: {}, log timestamp: {}", False),
+    ("order", "Found out of order timestamp in :{}",
+     "  Index timestamp: {}, Previously indexed timestamp: {}", False),
+    ("missing", "The following indexed offsets are not found in the log.",
+     "Indexed offset: {}, found log offset: {}", False),
+    ("gaps", "Non-consecutive offsets in {}", "  {} is followed by {}", True),
+)
+_Reports = dict[str, dict[str, list[tuple[int, int]]]]  # kind -> absolute path -> pairs
+_Row = tuple[int, str, bytes | None, bytes | None]  # record offset, metadata text, key, value
 
 
 class _Abort(KafkaLogError):
-    """Where Kafka's tool throws: the dump stops, the collected reports are not printed."""
+    """Where Kafka's tool throws: the dump stops and the collected reports are not printed."""
 
 
 @dataclass(frozen=True)
@@ -75,44 +90,15 @@ class _Options:
     skip_record_metadata: bool
 
 
-@dataclass
-class _Reports:
-    """What Kafka collects per file (keyed by absolute path) and prints to stderr at the end."""
-
-    index_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    time_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    out_of_order: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-
-    def write(self, err: TextIO) -> None:
-        # Kafka prepends to the index and offset lists (Scala ``::=``), so they print newest first.
-        for name, pairs in self.index_mismatches.items():
-            err.write(f"Mismatches in :{name}\n")
-            err.writelines(f"  Index offset: {a}, log offset: {b}\n" for a, b in reversed(pairs))
-        for name, pairs in self.time_mismatches.items():
-            err.write(f"Found timestamp mismatch in :{name}\n")
-            err.writelines(f"  Index timestamp: {a}, log timestamp: {b}\n" for a, b in pairs)
-        for name, pairs in self.out_of_order.items():
-            err.write(f"Found out of order timestamp in :{name}\n")
-            err.writelines(f"  Index timestamp: {a}, Previously indexed timestamp: {b}\n" for a, b in pairs)
-        for pairs in self.not_found.values():
-            err.write("The following indexed offsets are not found in the log.\n")
-            err.writelines(f"Indexed offset: {a}, found log offset: {b}\n" for a, b in pairs)
-        for name, pairs in self.non_consecutive.items():
-            err.write(f"Non-consecutive offsets in {name}\n")
-            err.writelines(f"  {a} is followed by {b}\n" for a, b in reversed(pairs))
-
-
 def dump_files(
     paths: Sequence[Path], *, print_data_log: bool = False, deep_iteration: bool = False,
     verify_index_only: bool = False, index_sanity_check: bool = False, max_message_size: int = 5242880,
     max_bytes: int = MAX_INT, skip_record_metadata: bool = False, out: TextIO, err: TextIO,
 ) -> int:
-    """Print ``kafka-dump-log --files <paths>`` output; 0, or 1 where Kafka's tool would throw."""
+    """Print ``kafka-dump-log --files <paths>``; return 0, or 1 where Kafka's tool would throw."""
     opts = _Options(print_data_log, deep_iteration or print_data_log, verify_index_only,
                     index_sanity_check, max_message_size, max_bytes, skip_record_metadata)
-    reports = _Reports()
+    reports: _Reports = {kind: {} for kind, *_ in _REPORTS}
     for path in paths:
         out.write(f"Dumping {path}\n")
         name = path.name
@@ -134,7 +120,10 @@ def dump_files(
         except (KafkaLogError, OSError, ValueError, struct.error) as exc:
             err.write(f"Error dumping {path}: {exc}\n")
             return 1
-    reports.write(err)
+    for kind, heading, line, newest_first in _REPORTS:
+        for name, pairs in reports[kind].items():
+            err.write(heading.format(name) + "\n")
+            err.writelines(line.format(a, b) + "\n" for a, b in (reversed(pairs) if newest_first else pairs))
     return 0
 
 
@@ -156,64 +145,66 @@ def _dump_log(path: Path, opts: _Options, reports: _Reports, out: TextIO) -> Non
     end = min(file_len, opts.max_bytes)
     cols, error = _frame(arr, 0, end, file_len, str(path))
     gaps: list[tuple[int, int]] = []
-    last = [-1]  # the previous record's offset, carried across batches (Kafka's ``lastOffset``)
-    view = memoryview(arr)
+    last = [-1]  # the previous record's offset across batches (Kafka's ``lastOffset``)
     for a in range(0, len(cols), _CHUNK):
         lines: list[str] = []
         try:
-            _dump_chunk(view, arr, _slice(cols, a, min(a + _CHUNK, len(cols))), opts, lines, gaps, last, path)
-        finally:
+            _dump_chunk(arr, _slice(cols, a, min(a + _CHUNK, len(cols))), opts, lines, gaps, last, str(path))
+        finally:  # what was formatted before a failure is what Kafka printed before throwing
             if lines:
                 out.write("\n".join(lines) + "\n")
     if error is not None:
         raise _Abort(error)
     if gaps:
-        reports.non_consecutive.setdefault(_absolute(path), []).extend(gaps)
+        reports["gaps"].setdefault(_absolute(path), []).extend(gaps)
     trailing = end - cols.valid_end
     if trailing > 0 and opts.max_bytes == MAX_INT:
         out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
 
 
-def _dump_chunk(view: memoryview, arr: bytearray, cols: BatchColumns, opts: _Options,
-                lines: list[str], gaps: list[tuple[int, int]], last: list[int], path: Path) -> None:
+def _dump_chunk(arr: bytearray, cols: BatchColumns, opts: _Options, lines: list[str],
+                gaps: list[tuple[int, int]], last: list[int], where: str) -> None:
+    view = memoryview(arr)
     magic = cols.magic.tolist()
     records = None
-    if opts.deep_iteration and len(cols) and min(magic) >= 2 and int(cols.size.min()) >= _HEADER_SIZE:
-        try:  # the compiled path; on any error the per-batch path below finds and reports it in order
-            records = scan_records(arr, cols, f"{path}: ")
+    if opts.deep_iteration and magic and 2 <= min(magic) and max(magic) < 128 and cols.size.min() >= _HEADER:
+        try:  # one compiled scan for the chunk; after an error, batch by batch to fail where Kafka does
+            records = scan_records(arr, cols, f"{where}: ")
         except (KafkaLogError, ValueError):
             records = None
     row = 0
-    for (pos, size, base, delta, mag, attrs, crc, count, base_ts, max_ts, pid, epoch, base_seq,
-         leader_epoch) in zip(*(getattr(cols, name).tolist() for name in _BATCH_FIELDS), strict=True):
+    for i, (pos, size, base, delta, mag, attrs, crc, count, base_ts, max_ts, pid, epoch, base_seq,
+            leader_epoch) in enumerate(zip(*(getattr(cols, name).tolist() for name in _BATCH_FIELDS), strict=True)):
         mag = mag - 256 if mag > 127 else mag  # Java reads the magic as a signed byte
-        tt = _TS_LABEL[attrs & 0x08] if mag >= 2 else _legacy_ts_label(mag, attrs)
         codec = _codec_name(attrs)
         if mag >= 2:
-            valid = size >= _HEADER_SIZE and crc32c(view[pos + 21:pos + size]) == crc
+            tt = _TS_LABEL[attrs & 0x08]
+            valid = size >= _HEADER and crc32c(view[pos + 21:pos + size]) == crc
             horizon = f"OptionalLong[{base_ts}]" if attrs & 0x40 else "OptionalLong.empty"
             last_seq = -1 if base_seq == -1 else _increment_sequence(base_seq, delta)
             lines.append(
                 f"baseOffset: {base} lastOffset: {base + delta} count: {count} baseSequence: {base_seq} "
-                f"lastSequence: {last_seq} producerId: {pid} producerEpoch: {epoch} "
-                f"partitionLeaderEpoch: {leader_epoch} isTransactional: {_bool(attrs & 0x10)} "
-                f"isControl: {_bool(attrs & 0x20)} deleteHorizonMs: {horizon} position: {pos} {tt}: "
-                f"{max_ts} size: {size} magic: {mag} compresscodec: {codec} crc: {crc} isvalid: {_bool(valid)}")
+                f"lastSequence: {last_seq} producerId: {pid} producerEpoch: {epoch} partitionLeaderEpoch: "
+                f"{leader_epoch} isTransactional: {_bool(attrs & 0x10)} isControl: {_bool(attrs & 0x20)} "
+                f"deleteHorizonMs: {horizon} position: {pos} {tt}: {max_ts} size: {size} magic: {mag} "
+                f"compresscodec: {codec} crc: {crc} isvalid: {_bool(valid)}")
         else:
+            tt = "NoTimestampType" if mag == 0 else _TS_LABEL[attrs & 0x08]
             valid = crc32(view[pos + 16:pos + size]) == crc
             lines.append(f"offset: {base} position: {pos} {tt}: {max_ts} size: {size} magic: {mag} "
                          f"compresscodec: {codec} crc: {crc} isvalid: {_bool(valid)}")
-        if not opts.deep_iteration:
+        if not opts.deep_iteration or (mag >= 2 and count == 0):  # Kafka skips an empty batch's body
             continue
         is_control = mag >= 2 and bool(attrs & 0x20)
-        rows: Iterator[tuple[int, str, bytes | None, bytes | None]]
-        if records is not None:
+        rows: Iterator[_Row]
+        if mag < 2:
+            rows = _legacy_rows(view, pos, tt, where)
+        elif records is not None:
             rows = _columnar_rows(records, row, count, tt, base, base_seq, is_control or opts.print_data_log)
             row += count
-        elif mag >= 2:
-            rows = _v2_rows(view, pos, size, tt)
         else:
-            rows = _legacy_rows(view, pos, tt, str(path))
+            one = scan_records(arr, _slice(cols, i, i + 1), f"{where}: ")
+            rows = _columnar_rows(one, 0, count, tt, base, base_seq, is_control or opts.print_data_log)
         for offset, meta, key, value in rows:
             if last[0] != -1 and offset != last[0] + 1:
                 gaps.append((last[0], offset))
@@ -222,7 +213,7 @@ def _dump_chunk(view: memoryview, arr: bytearray, cols: BatchColumns, opts: _Opt
 
 
 def _columnar_rows(rc: RecordColumns, start: int, count: int, tt: str, base: int, base_seq: int,
-                   need_bytes: bool) -> Iterator[tuple[int, str, bytes | None, bytes | None]]:
+                   need_bytes: bool) -> Iterator[_Row]:
     end = start + count
     offsets, stamps = rc.offset[start:end].tolist(), rc.timestamp[start:end].tolist()
     key_lens, value_lens = rc.key_len[start:end].tolist(), rc.value_len[start:end].tolist()
@@ -231,39 +222,26 @@ def _columnar_rows(rc: RecordColumns, start: int, count: int, tt: str, base: int
         offset, row = offsets[i], start + i
         seq = _increment_sequence(base_seq, offset - base) if base_seq >= 0 else -1
         keys = ",".join(rc.header_keys(row)) if header_counts[i] else ""
-        meta = (f"offset: {offset} {tt}: {stamps[i]} keySize: {key_lens[i]} valueSize: {value_lens[i]} "
-                f"sequence: {seq} headerKeys: [{keys}]")
+        # Kafka reads any negative length as null (Utils.readBytes) and then reports -1.
+        meta = (f"offset: {offset} {tt}: {stamps[i]} keySize: {max(key_lens[i], -1)} valueSize: "
+                f"{max(value_lens[i], -1)} sequence: {seq} headerKeys: [{keys}]")
         yield offset, meta, rc.key(row) if need_bytes else None, rc.value(row) if need_bytes else None
 
 
-def _v2_rows(view: memoryview, pos: int, size: int,
-             tt: str) -> Iterator[tuple[int, str, bytes | None, bytes | None]]:
-    header = parse_header(view, pos)
-    if header.records_count == 0:  # Kafka's iterator does not look past the header of an empty batch
-        return
-    for r in decode_records(view[pos:pos + size], header):
-        keys = ",".join(k for k, _ in r.headers)
-        meta = (f"offset: {r.offset} {tt}: {r.timestamp} keySize: {_size(r.key)} valueSize: "
-                f"{_size(r.value)} sequence: {r.sequence} headerKeys: [{keys}]")
-        yield r.offset, meta, r.key, r.value
-
-
-def _legacy_rows(view: memoryview, pos: int, tt: str,
-                 where: str) -> Iterator[tuple[int, str, bytes | None, bytes | None]]:
+def _legacy_rows(view: memoryview, pos: int, tt: str, where: str) -> Iterator[_Row]:
     for offset, timestamp, key, value, crc, valid in _legacy_records(view, pos, where):
         meta = (f"offset: {offset} {tt}: {timestamp} keySize: {_size(key)} valueSize: {_size(value)} "
                 f"isValid: {_bool(valid)} crc: {crc}}}")  # the stray "}" is Kafka's
         yield offset, meta, key, value
 
 
-def _record_line(opts: _Options, meta: str, is_control: bool, key: bytes | None,
-                 value: bytes | None) -> str:
+def _record_line(opts: _Options, meta: str, is_control: bool, key: bytes | None, value: bytes | None) -> str:
     line, prefix = "", "| "
     if not opts.skip_record_metadata:
         line, prefix = "| " + meta, " "
         if is_control:
             line += _control_text(key, value)
-    if opts.print_data_log and not is_control:
+    if opts.print_data_log and not is_control:  # StringDecoder: new String(bytes, UTF_8)
         if key is not None:
             line += f"{prefix}key: {key.decode('utf-8', 'replace')}"
         if value is not None:
@@ -271,10 +249,10 @@ def _record_line(opts: _Options, meta: str, is_control: bool, key: bytes | None,
     return line
 
 
-def _legacy_records(view: memoryview | bytes, pos: int,
+def _legacy_records(view: memoryview, pos: int,
                     where: str) -> list[tuple[int, int, bytes | None, bytes | None, int, bool]]:
-    """(offset, timestamp, key, value, crc, crc valid) of a v0/v1 entry's records, as Kafka's
-    ``DeepRecordsIterator`` yields them (including its librdkafka wrapper-offset-0 rule)."""
+    """(offset, timestamp, key, value, crc, crc ok) of a v0/v1 entry's records as Kafka's
+    ``DeepRecordsIterator`` yields them, its librdkafka rule (wrapper offset 0) included."""
     outer = legacy.parse_entry(view, pos, where=where)
     if outer.compression is CompressionType.NONE:
         return [(outer.offset, outer.timestamp, outer.key, outer.value, outer.crc, legacy.is_valid(view, outer))]
@@ -289,10 +267,9 @@ def _legacy_records(view: memoryview | bytes, pos: int,
             raise _Abort("Record size is less than the minimum record overhead (14)")
         if p + 12 + size > len(data):
             break
-        entry = legacy.parse_entry(data, p, where=where)
-        if entry.compression is not CompressionType.NONE:
+        inner.append(legacy.parse_entry(data, p, where=where))
+        if inner[-1].compression is not CompressionType.NONE:
             raise _Abort("Inner messages must not be compressed")
-        inner.append(entry)
         p += 12 + size
     if not inner:
         raise _Abort("Found invalid compressed record set with no inner records")
@@ -334,40 +311,31 @@ class _Reader:
 
     def uvarint(self) -> int:
         value = shift = 0
-        while True:
-            byte = self.fixed(">B")
+        while (byte := self.fixed(">B")) & 0x80:
             value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
             shift += 7
             if shift > 28:
                 raise _Abort("varint is too long")
+        return value | byte << shift
 
-    def length(self, what: str) -> int:
-        n = self.uvarint() - 1  # compact encoding: length + 1, 0 = null
+    def length(self, field: str) -> int:
+        n = self.uvarint() - 1  # compact encoding: length + 1, 0 for null
         if n < 0:
-            raise _Abort(f"non-nullable field {what} was serialized as null")
+            raise _Abort(f"non-nullable field {field} was serialized as null")
         return n
 
-    def string(self, what: str) -> str:
-        n = self.length(what)
-        text = self.data[self.pos:self.pos + n]
+    def take(self, n: int) -> bytes:
         self.pos += n
-        return text.decode("utf-8", "replace")
-
-    def uuid(self) -> str:
-        raw = self.data[self.pos:self.pos + 16]
-        self.pos += 16
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()  # Kafka's Uuid.toString
+        return self.data[self.pos - n:self.pos]
 
     def tags(self) -> None:
-        for _ in range(self.uvarint()):  # unknown tagged fields: read past, never printed
+        for _ in range(self.uvarint()):  # tagged fields none of these messages defines: skipped
             self.uvarint()
-            self.pos += self.uvarint()
+            self.take(self.uvarint())
 
 
 def _kraft_json(kind: int, value: bytes) -> str:
-    """The JSON Kafka's generated ``*JsonConverter.write`` prints for KRaft control records."""
+    """The JSON of Kafka's generated ``*JsonConverter.write`` for the KRaft control records."""
     r = _Reader(value)
     doc: dict[str, Any] = {"version": r.fixed(">h")}
     if kind == ControlType.SNAPSHOT_HEADER:
@@ -375,22 +343,22 @@ def _kraft_json(kind: int, value: bytes) -> str:
     elif kind == ControlType.KRAFT_VERSION:
         doc["kRaftVersion"] = r.fixed(">h")
     elif kind == ControlType.KRAFT_VOTERS:
-        voters = []
+        doc["voters"] = []
         for _ in range(r.length("voters")):
-            voter: dict[str, Any] = {"voterId": r.fixed(">i"), "voterDirectoryId": r.uuid()}
+            voter_id = r.fixed(">i")
+            directory = base64.urlsafe_b64encode(r.take(16)).rstrip(b"=").decode()  # Uuid.toString
             endpoints = []
             for _ in range(r.length("endpoints")):
-                endpoints.append({"name": r.string("name"), "host": r.string("host"), "port": r.fixed(">H")})
+                name, host = (r.take(r.length(f)).decode("utf-8", "replace") for f in ("name", "host"))
+                endpoints.append({"name": name, "host": host, "port": r.fixed(">H")})
                 r.tags()
-            voter["endpoints"] = endpoints
-            voter["kRaftVersionFeature"] = {"minSupportedVersion": r.fixed(">h"),
-                                            "maxSupportedVersion": r.fixed(">h")}
+            feature = {"minSupportedVersion": r.fixed(">h"), "maxSupportedVersion": r.fixed(">h")}
+            r.tags()  # of the feature struct, then of the voter
             r.tags()
-            r.tags()
-            voters.append(voter)
-        doc["voters"] = voters
+            doc["voters"].append({"voterId": voter_id, "voterDirectoryId": directory, "endpoints": endpoints,
+                                  "kRaftVersionFeature": feature})
     r.tags()
-    if doc["version"] != 0:
+    if doc["version"] != 0:  # the converters only write version 0
         raise _Abort(f"Can't write version {doc['version']} of {_KRAFT_LABEL[kind]} record")
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
@@ -405,16 +373,14 @@ def _dump_index(path: Path, opts: _Options, reports: _Reports, out: TextIO) -> N
         out.write(f"{path} is empty.\n")
         return
     offsets = (entries["offset"].astype(np.int64) + base).tolist()
+    where = _absolute(path)
     if opts.index_sanity_check:
-        if offsets[-1] < base:
-            raise _Abort(f"Corrupt index found, index file {_absolute(path)} has non-zero size but the last "
-                         f"offset is {offsets[-1]} which is less than the base offset {base}")
-        if length % 8:
-            raise _Abort(f"Index file {_absolute(path)} is corrupt, found {length} bytes which is neither "
-                         "positive nor a multiple of 8")
+        _sanity(offsets[-1] >= base, f"Corrupt index found, index file {where} has non-zero size but the "
+                f"last offset is {offsets[-1]} which is less than the base offset {base}")
+        _sanity(length % 8 == 0, f"Index file {where} is corrupt, found {length} bytes which is neither "
+                "positive nor a multiple of 8")
         out.write(f"{path} passed sanity check.\n")
         return
-    mismatches = reports.index_mismatches.setdefault(_absolute(path), [])
     lines: list[str] = []
     try:
         for i, (offset, position) in enumerate(zip(offsets, entries["position"].tolist(), strict=True)):
@@ -424,12 +390,10 @@ def _dump_index(path: Path, opts: _Options, reports: _Reports, out: TextIO) -> N
             first = _first_last_offset(arr, position, min(position + opts.max_message_size, log_len),
                                        log_len, log_path)
             if first != offset:
-                mismatches.append((offset, first))
+                reports["index"].setdefault(where, []).append((offset, first))
             if not opts.verify_index_only:
                 lines.append(f"offset: {offset} position: {position}")
     finally:
-        if not mismatches:
-            del reports.index_mismatches[_absolute(path)]
         if lines:
             out.write("\n".join(lines) + "\n")
 
@@ -441,23 +405,21 @@ def _dump_time_index(path: Path, opts: _Options, reports: _Reports, out: TextIO)
     entries, length = _read_index(path, _TIME_INDEX)
     stamps = entries["timestamp"].tolist()
     offsets = (entries["offset"].astype(np.int64) + base).tolist()
-    if opts.index_sanity_check:
-        where = _absolute(path)
-        if stamps and stamps[-1] < stamps[0]:
-            raise _Abort(f"Corrupt time index found, time index file ({where}) has non-zero size but the last "
-                         f"timestamp is {stamps[-1]} which is less than the first timestamp {stamps[0]}")
-        if offsets and offsets[-1] < base:
-            raise _Abort(f"Corrupt time index found, time index file ({where}) has non-zero size but the last "
-                         f"offset is {offsets[-1]} which is less than the first offset {base}")
-        if length % 12:
-            raise _Abort(f"Time index file {where} is corrupt, found {length} bytes which is neither "
-                         "positive nor a multiple of 12")
+    where = _absolute(path)
+    if opts.index_sanity_check:  # Kafka checks the last slot, zero-filled or not
+        prefix = f"Corrupt time index found, time index file ({where}) has non-zero size but the last"
+        _sanity(not stamps or stamps[-1] >= stamps[0], f"{prefix} timestamp is {stamps[-1:]} which is less "
+                f"than the first timestamp {stamps[:1]}".replace("[", "").replace("]", ""))
+        _sanity(not offsets or offsets[-1] >= base, f"{prefix} offset is {offsets[-1:]} which is less than "
+                f"the first offset {base}".replace("[", "").replace("]", ""))
+        _sanity(length % 12 == 0, f"Time index file {where} is corrupt, found {length} bytes which is "
+                "neither positive nor a multiple of 12")
         out.write(f"{path} passed sanity check.\n")
         return
-    index_offsets = (index["offset"].astype(np.int64) + base).tolist()
-    index_positions = index["position"].tolist()
+    index_offsets, index_positions = (index["offset"].astype(np.int64) + base).tolist(), index["position"].tolist()
     log = _LogWalker(arr, log_len, str(log_path))
-    name, lines, previous = _absolute(path), [], -1
+    lines: list[str] = []
+    previous = -1
     try:
         for i, (timestamp, offset) in enumerate(zip(stamps, offsets, strict=True)):
             if i > 0 and offset == base:
@@ -466,13 +428,13 @@ def _dump_time_index(path: Path, opts: _Options, reports: _Reports, out: TextIO)
             _check_slice(position, MAX_INT, log_len, log_path)
             found = log.find(position, offset)
             if found is None or found[0] != offset:
-                reports.not_found.setdefault(name, []).append((offset, -1 if found is None else found[0]))
+                reports["missing"].setdefault(where, []).append((offset, -1 if found is None else found[0]))
             else:
-                logged = max([-1, *(ts for ts in log.record_timestamps(found[1]))])
+                logged = max([-1, *log.record_timestamps(found[1])])
                 if logged != timestamp:
-                    reports.time_mismatches.setdefault(name, []).append((timestamp, logged))
+                    reports["time"].setdefault(where, []).append((timestamp, logged))
                 if previous >= timestamp:
-                    reports.out_of_order.setdefault(name, []).append((timestamp, previous))
+                    reports["order"].setdefault(where, []).append((timestamp, previous))
             if not opts.verify_index_only:
                 lines.append(f"timestamp: {timestamp} offset: {offset}")
             previous = timestamp
@@ -482,15 +444,15 @@ def _dump_time_index(path: Path, opts: _Options, reports: _Reports, out: TextIO)
 
 
 class _LogWalker:
-    """Finds, like ``fileRecords.slice(position).batches.find(_.lastOffset >= target)``, the first batch
-    at or after a position reaching an offset, framing the file once instead of once per entry."""
+    """``fileRecords.slice(position).batches.find(_.lastOffset >= target)`` for every time-index entry,
+    over one framing of the file instead of a walk per entry."""
 
     def __init__(self, arr: bytearray, file_len: int, where: str) -> None:
         self.arr, self.file_len, self.where = arr, file_len, where
         self.cols, self.error = _frame(arr, 0, file_len, file_len, where)
 
     def find(self, position: int, target: int) -> tuple[int, int] | None:
-        """(last offset, row in ``cols``) of the batch, or None when the log ends first."""
+        """(last offset, row in ``cols``) of that batch, or None when the log ends first."""
         cols, error = self.cols, self.error
         k = int(np.searchsorted(cols.position, position))
         if k >= len(cols) or int(cols.position[k]) != position:  # not a batch boundary: frame from there
@@ -501,34 +463,27 @@ class _LogWalker:
             if error is not None:
                 raise _Abort(error)
             return None
-        row = k + int(hits[0])
-        if cols is not self.cols:
-            self.cols, self.error = cols, error  # later lookups search from the new framing
-        return int(cols.last_offset[row]), row
+        self.cols, self.error = cols, error
+        return int(cols.last_offset[k + hits[0]]), k + int(hits[0])
 
     def record_timestamps(self, row: int) -> list[int]:
-        pos, size, magic = int(self.cols.position[row]), int(self.cols.size[row]), int(self.cols.magic[row])
+        pos, size = int(self.cols.position[row]), int(self.cols.size[row])
         view = memoryview(self.arr)
-        if magic < 2:
+        if int(self.cols.magic[row]) < 2:
             return [ts for _, ts, *_ in _legacy_records(view, pos, self.where)]
         header = parse_header(view, pos)
-        return [] if header.records_count == 0 else [r.timestamp for r in decode_records(
-            view[pos:pos + size], header)]
+        records = decode_records(view[pos:pos + size], header) if header.records_count else []
+        return [r.timestamp for r in records]
 
 
 def _lookup(offsets: list[int], positions: list[int], target: int) -> int:
     """``OffsetIndex.lookup(target).position`` over every slot, zero-filled ones included, with Kafka's
-    warm-section-first binary search (its answer differs from a plain search on unsorted slots)."""
+    warm-section-first binary search (on unsorted slots its answer is not a plain search's)."""
     n = len(offsets)
-    if not n:
-        return 0
     first_hot = max(0, n - 1 - 1024)
-    if offsets[first_hot] < target:
-        lo, hi = first_hot, n - 1
-    elif offsets[0] > target:
+    if not n or (offsets[first_hot] >= target and offsets[0] > target):
         return 0
-    else:
-        lo, hi = 0, first_hot
+    lo, hi = (first_hot, n - 1) if offsets[first_hot] < target else (0, first_hot)
     while lo < hi:
         mid = (lo + hi + 1) >> 1
         if offsets[mid] > target:
@@ -549,7 +504,7 @@ def _first_last_offset(arr: bytearray, pos: int, end: int, file_len: int, log: P
         if pos <= end - 12 - length:
             if struct.unpack_from(">b", arr, pos + 16)[0] < 2:
                 return int(offset)  # a legacy entry's offset is its last offset
-            if pos + _HEADER_SIZE > file_len:
+            if pos + _HEADER > file_len:
                 raise _Abort(f"Failed to load record batch at position {pos} from {log}")
             return int(offset) + int(struct.unpack_from(">i", arr, pos + 23)[0])
     raise _Abort(f"no complete batch at position {pos} of {log} within --max-message-size "
@@ -557,6 +512,7 @@ def _first_last_offset(arr: bytearray, pos: int, end: int, file_len: int, log: P
 
 
 def _check_slice(position: int, size: int, log_len: int, log: Path) -> None:
+    """``FileRecords.slice`` argument checks, with its messages."""
     if position < 0:
         raise _Abort(f"Invalid position: {position} in read from {log}")
     if position > log_len:
@@ -565,46 +521,41 @@ def _check_slice(position: int, size: int, log_len: int, log: Path) -> None:
         raise _Abort(f"Invalid size: {size} in read from {log}")
 
 
+def _sanity(ok: bool, message: str) -> None:
+    if not ok:
+        raise _Abort(message)
+
+
 # --- .snapshot and .txnindex ----------------------------------------------------------------------
 
 def _dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
-    """Kafka's ``ProducerStateManager.readSnapshot``: its checks, its messages, trailing bytes ignored."""
+    """``ProducerStateManager.readSnapshot``: its checks in its order, its messages, which Kafka prints
+    to stderr before going on. Bytes after the last entry are ignored, as Kafka ignores them."""
     data = path.read_bytes()
-    try:
-        if len(data) < 2:
-            raise _Abort("null")  # BufferUnderflowException has no message
-        (version,) = struct.unpack_from(">h", data)
-        if version != 1:
-            raise _Abort(f"Snapshot contained an unknown file version {version}")
-        if len(data) < 10:
-            raise _Abort("null")
-        crc, count = struct.unpack_from(">Ii", data, 2)
-        if count < 0:
-            raise _Abort("non-nullable field producerEntries was serialized as null")
-        if count > len(data) - 10:
-            raise _Abort(f"Tried to allocate a collection of size {count}, but there are only "
-                         f"{len(data) - 10} bytes remaining.")
-        if len(data) < 10 + 46 * count:
-            raise _Abort("null")
-    except _Abort as exc:
-        err.write(f"Snapshot failed schema validation: {exc}\n")
+    count = struct.unpack_from(">i", data, 6)[0] if len(data) >= 10 else 0
+    schema_error = (
+        "null" if len(data) < 2  # a BufferUnderflowException has no message
+        else f"Snapshot contained an unknown file version {struct.unpack_from('>h', data)[0]}"
+        if struct.unpack_from(">h", data)[0] != 1 else "null" if len(data) < 10
+        else "non-nullable field producerEntries was serialized as null" if count < 0
+        else f"Tried to allocate a collection of size {count}, but there are only {len(data) - 10} bytes "
+             "remaining." if count > len(data) - 10
+        else "null" if len(data) < 10 + 46 * count else None)
+    if schema_error is not None:
+        err.write(f"Snapshot failed schema validation: {schema_error}\n")
         return
-    computed = crc32c(data[6:])
-    if crc != computed:
-        err.write(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {crc}. Computed crc: {computed}\n")
+    stored, computed = struct.unpack_from(">I", data, 2)[0], crc32c(data[6:])
+    if stored != computed:
+        err.write(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored}. Computed crc: {computed}\n")
         return
-    layout = struct.Struct(">qhiqiqiq")
-    lines = [format_snapshot_dump_line(ProducerSnapshotEntry(*layout.unpack_from(data, 10 + 46 * i)))
-             for i in range(count)]
-    out.writelines(line + "\n" for line in lines)
+    entries = struct.Struct(">qhiqiqiq").iter_unpack(data[10:10 + 46 * count])
+    out.writelines(format_snapshot_dump_line(ProducerSnapshotEntry(*fields)) + "\n" for fields in entries)
 
 
 def _dump_txn_index(path: Path, out: TextIO) -> None:
     """``TransactionIndex.allAbortedTxns``: a missing file has none, a partial last entry is skipped."""
     _java_long(path.name.split(".")[0])
-    if not path.exists():
-        return
-    data = path.read_bytes()
+    data = path.read_bytes() if path.exists() else b""
     for pos in range(0, len(data) - 33, 34):
         version = struct.unpack_from(">b", data, pos)[0]  # Kafka reads one byte of the int16
         if version > 0:
@@ -616,10 +567,9 @@ def _dump_txn_index(path: Path, out: TextIO) -> None:
 
 # --- helpers --------------------------------------------------------------------------------------
 
-def _frame(arr: bytearray, start: int, end: int, file_len: int,
-           where: str) -> tuple[BatchColumns, str | None]:
-    """The batches ``FileLogInputStream`` walks over ``[start, end)``, and the error it would throw
-    after them (a length field below 14, or a v2 header running past the end of the file)."""
+def _frame(arr: bytearray, start: int, end: int, file_len: int, where: str) -> tuple[BatchColumns, str | None]:
+    """The batches ``FileLogInputStream`` walks over ``[start, end)``, and the error it throws after
+    them (a length field below 14, or a v2 header running past the end of the file)."""
     error = None
     try:
         cols = scan_batches(arr, start, end)
@@ -632,32 +582,28 @@ def _frame(arr: bytearray, start: int, end: int, file_len: int,
             pos += 12 + length
         error = f"Found record size {length} smaller than minimum record overhead (14) in file {where}."
         cols = scan_batches(arr, start, pos)
-    torn = np.flatnonzero((cols.magic >= 2) & (cols.position + _HEADER_SIZE > file_len))
+    torn = np.flatnonzero((cols.magic >= 2) & (cols.position + _HEADER > file_len))
     if len(torn):
-        k = int(torn[0])
-        error = f"Failed to load record batch at position {int(cols.position[k])} from {where}"
-        cols = _slice(cols, 0, k)
+        error = f"Failed to load record batch at position {int(cols.position[torn[0]])} from {where}"
+        cols = _slice(cols, 0, int(torn[0]))
     return cols, error
 
 
 def _slice(cols: BatchColumns, a: int, b: int) -> BatchColumns:
-    parts = {name: getattr(cols, name)[a:b] for name in _BATCH_FIELDS}
     valid_end = int(cols.position[b - 1] + cols.size[b - 1]) if b > a else cols.valid_end
-    return BatchColumns(**parts, valid_end=valid_end)
+    return BatchColumns(**{name: getattr(cols, name)[a:b] for name in _BATCH_FIELDS}, valid_end=valid_end)
 
 
 def _read(path: Path) -> tuple[bytearray, int]:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         arr = bytearray(size + _PAD)
-        got = f.readinto(memoryview(arr)[:size])
-    return arr, got or 0
+        return arr, f.readinto(memoryview(arr)[:size]) or 0
 
 
-def _read_index(path: Path, dtype: np.dtype[Any]) -> tuple[npt.NDArray[Any], int]:
+def _read_index(path: Path, dtype: np.dtype[Any]) -> tuple[np.ndarray[Any, Any], int]:
     raw = path.read_bytes()
-    usable = len(raw) - len(raw) % dtype.itemsize
-    return np.frombuffer(raw[:usable], dtype=dtype), len(raw)
+    return np.frombuffer(raw[:len(raw) - len(raw) % dtype.itemsize], dtype=dtype), len(raw)
 
 
 def _siblings(path: Path) -> tuple[int, Path, Path]:
@@ -667,7 +613,7 @@ def _siblings(path: Path) -> tuple[int, Path, Path]:
 
 
 def _java_long(text: str, bits: int = 64) -> int:
-    """``Long.parseLong`` / ``Integer.parseInt``, with Java's message on failure."""
+    """``Long.parseLong`` (``Integer.parseInt`` with bits=32), with Java's message on failure."""
     value = int(text) if _JAVA_LONG.fullmatch(text) else None
     if value is None or not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
         raise _Abort(f'For input string: "{text}"')
@@ -675,7 +621,7 @@ def _java_long(text: str, bits: int = 64) -> int:
 
 
 def _increment_sequence(sequence: int, increment: int) -> int:
-    """``DefaultRecordBatch.incrementSequence`` in Java int arithmetic (overflow included)."""
+    """``DefaultRecordBatch.incrementSequence`` in Java int arithmetic, overflow included."""
     if sequence > _int32(MAX_INT - increment):
         return _int32(increment - _int32(MAX_INT - sequence) - 1)
     return _int32(sequence + increment)
@@ -690,10 +636,6 @@ def _codec_name(attributes: int) -> str:
         return CompressionType(attributes & 0x07).name_kafka
     except ValueError:
         raise _Abort(f"Unknown compression type id: {attributes & 0x07}") from None
-
-
-def _legacy_ts_label(magic: int, attributes: int) -> str:
-    return "NoTimestampType" if magic == 0 else _TS_LABEL[attributes & 0x08]
 
 
 def _absolute(path: Path) -> str:

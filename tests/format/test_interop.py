@@ -12,6 +12,7 @@ fails; the peer libraries only ever build or parse bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from collections.abc import Callable, Sequence
@@ -142,7 +143,8 @@ def test_peer_transactional_batches_decode(builder: str, codec: CompressionType)
                        producer_epoch=32000, base_sequence=MAX_INT - 2, base_offset=77)
     header = verify_batch(batch)
     assert header.is_transactional and not header.is_control
-    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (2**40 + 3, 32000, MAX_INT - 2)
+    producer = (header.producer_id, header.producer_epoch, header.base_sequence)
+    assert producer == (2**40 + 3, 32000, MAX_INT - 2)
     assert header.last_sequence == 3
     want = expected(ROWS, 77, MAX_INT - 2)
     assert [r.sequence for r in want] == [MAX_INT - 2, MAX_INT - 1, MAX_INT, 2, 3]
@@ -227,7 +229,8 @@ def legacy_read(buf: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]
 
 def legacy_scanned(buf: bytes) -> list[tuple[int, int, bytes | None, bytes | None]]:
     cols = scan_records(buf, scan_batches(buf))
-    return [(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i)) for i in range(len(cols))]
+    return [(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i))
+            for i in range(len(cols))]
 
 
 @pytest.mark.parametrize("magic", [0, 1])
@@ -238,7 +241,8 @@ def test_legacy_from_kafka_python(magic: int, codec: CompressionType) -> None:
     assert len(entries) == (len(LEGACY_ROWS) if codec is C.NONE else 1)
     first = legacy.parse_entry(buf, 0)
     assert (first.magic, first.compression) == (magic, codec)
-    assert first.timestamp_type is (TimestampType.CREATE_TIME if magic == 1 else TimestampType.NO_TIMESTAMP_TYPE)
+    timestamp_type = TimestampType.CREATE_TIME if magic == 1 else TimestampType.NO_TIMESTAMP_TYPE
+    assert first.timestamp_type is timestamp_type
     want = legacy_expected(magic)
     assert legacy_read(buf) == want
     assert legacy_scanned(buf) == want
@@ -375,15 +379,17 @@ def test_aiokafka_reads_kafkalog(codec: CompressionType, pure_python: bool) -> N
 def test_peers_read_kafkalog_variants(codec: CompressionType) -> None:
     """LogAppendTime, a delete horizon (negative deltas), compression levels: a multi-batch buffer."""
     level = {C.GZIP: 1, C.LZ4: 12, C.ZSTD: -5}.get(codec)
+    second = [dataclasses.replace(r, offset=r.offset + 50) for r in MINE]
+    third = [dataclasses.replace(MINE[1], offset=992)]
     buf = (
         build_batch(MINE, compression_type=codec, timestamp_type=TimestampType.LOG_APPEND_TIME,
                     log_append_time=1_750_000_000_000)
-        + build_batch(MINE, base_offset=950, compression_type=codec, delete_horizon_ms=1_800_000_000_000)
-        + build_batch(MINE[1:2], base_offset=990, last_offset=995, compression_type=codec,
+        + build_batch(second, compression_type=codec, delete_horizon_ms=1_800_000_000_000)
+        + build_batch(third, base_offset=990, last_offset=995, compression_type=codec,
                       compression_level=level)
     )
     appended = [(r[0], 1_750_000_000_000, *r[2:]) for r in as_rows(MINE)]
-    want = [appended, as_rows(MINE), as_rows(MINE[1:2])]
+    want = [appended, as_rows(second), as_rows(third)]
     assert [v["records"] for v in kafka_python_view(buf)] == want
     assert [v["records"] for v in aiokafka_view(buf, False)] == want
     assert [v["records"] for v in aiokafka_view(buf, True)] == want

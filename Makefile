@@ -1,0 +1,37 @@
+# Two commands on a fresh machine: `make demo` (installs everything, runs the embedded demo job) and
+# `make test` (installs if needed, runs the test suite). Versions come from pyproject.toml pins and
+# constraints.txt (the full resolved set, like Airflow's constraints files).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYSPARK_VERSION := 4.3.0
+
+.PHONY: install demo test bench lint clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip==26.3"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,pipeline]"
+	# The Spark provider pulls in pyspark-client, which overwrites pyspark's Python files with an
+	# older version; put pyspark's own files back.
+	$(PY) -m pip install --quiet --no-deps --force-reinstall "pyspark==$(PYSPARK_VERSION)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/kafkalog demo --dir demo-logs
+
+test: install
+	$(PY) -m pytest
+
+bench: install
+	$(PY) -m benchmarks.bench_decode
+
+lint: install
+	$(VENV)/bin/ruff check kafkalog tests benchmarks
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) demo-logs

@@ -73,6 +73,11 @@ class ControlType(enum.IntEnum):
     KRAFT_VOTERS = 6
 
 
+def wrap_int64(value: int) -> int:
+    """Java long arithmetic: timestamps and deltas wrap at 64 bits, as the reader and writer do."""
+    return ((value + (1 << 63)) % (1 << 64)) - (1 << 63)
+
+
 def increment_sequence(sequence: int, increment: int) -> int:
     """Kafka's sequence arithmetic, which wraps at MAX_INT."""
     if sequence > MAX_INT - increment:
@@ -275,7 +280,7 @@ def build_batch(
             raise InvalidRecordError(f"invalid negative timestamp {record.timestamp} at offset {record.offset}")
         previous = record.offset
         max_timestamp = max(max_timestamp, record.timestamp)
-        encode_record(body, record.offset - base, record.timestamp - base_timestamp,
+        encode_record(body, record.offset - base, wrap_int64(record.timestamp - base_timestamp),
                       record.key, record.value, record.headers)
     codec = CompressionType(compression_type)
     if codec is not CompressionType.NONE:
@@ -407,7 +412,7 @@ def _decode_record(
     if pos != body_end:
         raise InvalidRecordError(f"invalid record size: expected to read {body_len} bytes, "
                                  f"read {body_len - (body_end - pos)}")
-    timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
+    timestamp = header.max_timestamp if log_append else wrap_int64(header.base_timestamp + timestamp_delta)
     sequence = (increment_sequence(header.base_sequence, offset_delta)
                 if header.base_sequence >= 0 else NO_SEQUENCE)
     return Record(header.base_offset + offset_delta, timestamp, key, value, tuple(headers), sequence), pos

@@ -87,7 +87,7 @@ def _fill_batches(buf: U8, start: int, count: int, cols: I64) -> None:
         cols[1, i] = 12 + length
         cols[2, i] = _be64(buf, pos)
         cols[4, i] = magic
-        if magic >= 2:
+        if magic >= 2 and 12 + length >= 61:
             cols[3, i] = _be32(buf, pos + 23)
             cols[5, i] = buf[pos + 22]
             cols[6, i] = _be32(buf, pos + 17) & 0xFFFFFFFF
@@ -99,6 +99,11 @@ def _fill_batches(buf: U8, start: int, count: int, cols: I64) -> None:
             cols[11, i] = ((hi << 8) | buf[pos + 52]) - (65536 if hi >= 128 else 0)
             cols[12, i] = _be32(buf, pos + 53)
             cols[13, i] = _be32(buf, pos + 12)
+        elif magic >= 2:  # shorter than a v2 header: find_corrupt_batch reports it
+            for row in (3, 5, 6, 8, 9, 10, 11, 12, 13):
+                cols[row, i] = -1
+            cols[3, i] = 0
+            cols[7, i] = 0
         else:
             cols[3, i] = 0
             cols[5, i] = buf[pos + 17]
@@ -219,6 +224,8 @@ def _varint(buf: U8, p: int, end: int, max_bytes: int) -> Any:
         p += 1
         u |= np.uint64(b & 0x7F) << shift
         if b < 0x80:
+            if max_bytes == 5:  # a Java int: bits of the 5th byte past bit 31 are dropped
+                u &= np.uint64(0xFFFFFFFF)
             return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), p, _OK
         shift += np.uint64(7)
     return 0, p, _E_VARINT

@@ -49,6 +49,8 @@ def decode_varlong(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, in
 
 
 def _decode(buf: bytes | memoryview, pos: int, end: int, max_bytes: int) -> tuple[int, int]:
+    # Kafka's ByteUtils shifts into a Java int/long, so bits of the last byte beyond 32/64 vanish.
+    mask = (1 << (32 if max_bytes == 5 else 64)) - 1
     u = 0
     shift = 0
     for i in range(max_bytes):
@@ -58,6 +60,7 @@ def _decode(buf: bytes | memoryview, pos: int, end: int, max_bytes: int) -> tupl
         pos += 1
         u |= (b & 0x7F) << shift
         if b < 0x80:
+            u &= mask
             return (u >> 1) ^ -(u & 1), pos
         shift += 7
         if i == max_bytes - 1:

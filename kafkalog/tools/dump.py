@@ -193,7 +193,7 @@ def _dump_chunk(arr: bytearray, cols: BatchColumns, opts: _Options, lines: list[
             valid = crc32(view[pos + 16:pos + size]) == crc
             lines.append(f"offset: {base} position: {pos} {tt}: {max_ts} size: {size} magic: {mag} "
                          f"compresscodec: {codec} crc: {crc} isvalid: {_bool(valid)}")
-        if not opts.deep_iteration or (mag >= 2 and count == 0):  # Kafka skips an empty batch's body
+        if not opts.deep_iteration or (mag >= 2 and count <= 0):  # Kafka never reads these records
             continue
         is_control = mag >= 2 and bool(attrs & 0x20)
         rows: Iterator[_Row]

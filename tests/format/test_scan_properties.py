@@ -340,11 +340,9 @@ def test_varint_too_long_or_truncated() -> None:
         decode_varint(b"\x80\x80\x00", 0, 2)  # the end bound counts, not the buffer length
 
 
-# --- known bugs (xfail strict: they turn into failures once fixed, so the marker must go) ----------------
+# --- regressions: bugs found by these tests, now fixed ------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="bug: varint._decode keeps bits above 32/64 of the final byte; "
-                                       "Kafka's ByteUtils drops them (int/long shift)")
 def test_overlong_final_byte_truncates_like_kafka() -> None:
     # ByteUtils.readUnsignedVarint: `result |= tmp << 28` in a Java int keeps 4 bits of the 5th byte;
     # readUnsignedVarlong: `value |= b << 63` keeps 1 bit of the 10th byte.
@@ -353,8 +351,6 @@ def test_overlong_final_byte_truncates_like_kafka() -> None:
     assert decode_varlong(b"\xff" * 9 + b"\x7f", 0, 10) == (INT64[0], 10)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: decode_records and scan_records disagree on a 10-byte "
-                                       "timestamp delta whose last byte has bits above bit 63")
 def test_overlong_varlong_decodes_the_same_on_both_paths() -> None:
     # Record: attributes 0, timestampDelta ff*9 7f (Kafka: Long.MIN_VALUE), offsetDelta 0, null key,
     # null value, no headers.
@@ -379,8 +375,6 @@ def _scan_fields(view: np.ndarray) -> Any:
                                                  "last_offset_delta", "attributes")]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: scan._fill_batches reads a v2 header's 61 bytes from an "
-                                       "entry shorter than 61 bytes, i.e. past the entry and the buffer")
 def test_short_v2_entry_is_not_read_past_its_end() -> None:
     # A 26-byte entry (length 14, the smallest the framing accepts) with magic 2, at the end of the
     # buffer. Whatever scan_batches reports must not depend on memory beyond the buffer.

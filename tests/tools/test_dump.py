@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import kafkalog.tools.dump as dump_module
+from kafkalog.errors import KafkaLogError
 from kafkalog.format import compression
 from kafkalog.format.batch import (
     ControlType,
@@ -27,6 +28,7 @@ from kafkalog.format.batch import (
     end_txn_marker_batch,
 )
 from kafkalog.format.compression import CompressionType
+from kafkalog.format.scan import BatchColumns, RecordColumns
 from kafkalog.log.producer_snapshot import ProducerSnapshotEntry, encode_producer_snapshot
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.tools.dump import dump_files
@@ -215,10 +217,14 @@ def test_columnar_and_per_batch_paths_print_the_same(tmp_path: Path, monkeypatch
     log = write_log(tmp_path, 0, *batches)
     fast = run(log, print_data_log=True)
 
-    def broken(*args: object, **kwargs: object) -> None:
-        raise dump_module.KafkaLogError("forced")
+    real = dump_module.scan_records
 
-    monkeypatch.setattr(dump_module, "scan_records", broken)
+    def whole_chunks_fail(arr: bytearray, cols: BatchColumns, where: str = "") -> RecordColumns:
+        if len(cols) > 1:
+            raise KafkaLogError("forced")
+        return real(arr, cols, where)
+
+    monkeypatch.setattr(dump_module, "scan_records", whole_chunks_fail)
     slow = run(log, print_data_log=True)
     assert fast == slow
     assert len(fast[1]) == 2 + 5000 * 4
@@ -304,7 +310,8 @@ def test_legacy_v1_plain_and_gzip_wrapper(tmp_path: Path) -> None:
     assert out[2:] == [
         f"offset: 0 position: 0 CreateTime: 1234 size: {len(plain)} magic: 1 compresscodec: none "
         f"crc: {legacy_crc(plain)} isvalid: true",
-        f"| offset: 0 CreateTime: 1234 keySize: 1 valueSize: 1 isValid: true crc: {legacy_crc(plain)}}} key: a payload: b",
+        f"| offset: 0 CreateTime: 1234 keySize: 1 valueSize: 1 isValid: true crc: {legacy_crc(plain)}}} "
+        "key: a payload: b",
         f"offset: 2 position: {p1} CreateTime: 2001 size: {len(wrapper)} magic: 1 compresscodec: gzip "
         f"crc: {legacy_crc(wrapper)} isvalid: true",
         f"| offset: 1 CreateTime: 2000 keySize: 2 valueSize: 1 isValid: true crc: {c0}}} key: k1 payload: x",

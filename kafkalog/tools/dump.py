@@ -5,8 +5,8 @@ Each file prints ``Dumping <path>`` and is dispatched on the text after the last
 ``.timeindex``, ``.txnindex``, ``.snapshot``; anything else is ignored with a note on ``err``. What Kafka
 collects on the way (index mismatches, non-consecutive offsets) goes to ``err`` after the last file, in
 Kafka's order. Where Kafka's tool throws (a length field below 14, a ``.log`` missing beside an index,
-a failed sanity check) the dump stops with one line on ``err`` and exit code 1; the lines printed up
-to there are the ones Kafka prints before its stack trace.
+a failed sanity check) the dump stops with one line on ``err`` and exit code 1, after the lines Kafka
+prints before its stack trace (up to the failing batch: records it printed from inside that batch are not).
 
 Index files are read the way Kafka's dump reads them, every slot up to ``length // entry_size`` with
 the stop at the first zero-filled slot after the first, rather than through :mod:`kafkalog.log.index`,
@@ -35,10 +35,8 @@ from kafkalog.format import compression, legacy
 from kafkalog.format.batch import (
     ControlType,
     TimestampType,
-    decode_records,
     parse_control_type,
     parse_end_txn_marker,
-    parse_header,
 )
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.crc import crc32, crc32c
@@ -408,10 +406,11 @@ def _dump_time_index(path: Path, opts: _Options, reports: _Reports, out: TextIO)
     where = _absolute(path)
     if opts.index_sanity_check:  # Kafka checks the last slot, zero-filled or not
         prefix = f"Corrupt time index found, time index file ({where}) has non-zero size but the last"
-        _sanity(not stamps or stamps[-1] >= stamps[0], f"{prefix} timestamp is {stamps[-1:]} which is less "
-                f"than the first timestamp {stamps[:1]}".replace("[", "").replace("]", ""))
-        _sanity(not offsets or offsets[-1] >= base, f"{prefix} offset is {offsets[-1:]} which is less than "
-                f"the first offset {base}".replace("[", "").replace("]", ""))
+        if stamps:
+            _sanity(stamps[-1] >= stamps[0], f"{prefix} timestamp is {stamps[-1]} which is less than the "
+                    f"first timestamp {stamps[0]}")
+            _sanity(offsets[-1] >= base, f"{prefix} offset is {offsets[-1]} which is less than the first "
+                    f"offset {base}")
         _sanity(length % 12 == 0, f"Time index file {where} is corrupt, found {length} bytes which is "
                 "neither positive nor a multiple of 12")
         out.write(f"{path} passed sanity check.\n")
@@ -430,7 +429,7 @@ def _dump_time_index(path: Path, opts: _Options, reports: _Reports, out: TextIO)
             if found is None or found[0] != offset:
                 reports["missing"].setdefault(where, []).append((offset, -1 if found is None else found[0]))
             else:
-                logged = max([-1, *log.record_timestamps(found[1])])
+                logged = log.max_timestamp(found[1])
                 if logged != timestamp:
                     reports["time"].setdefault(where, []).append((timestamp, logged))
                 if previous >= timestamp:
@@ -466,14 +465,15 @@ class _LogWalker:
         self.cols, self.error = cols, error
         return int(cols.last_offset[k + hits[0]]), k + int(hits[0])
 
-    def record_timestamps(self, row: int) -> list[int]:
-        pos, size = int(self.cols.position[row]), int(self.cols.size[row])
-        view = memoryview(self.arr)
-        if int(self.cols.magic[row]) < 2:
-            return [ts for _, ts, *_ in _legacy_records(view, pos, self.where)]
-        header = parse_header(view, pos)
-        records = decode_records(view[pos:pos + size], header) if header.records_count else []
-        return [r.timestamp for r in records]
+    def max_timestamp(self, row: int) -> int:
+        """The largest record timestamp of the batch, -1 without records (Kafka's NO_TIMESTAMP start)."""
+        cols = _slice(self.cols, row, row + 1)
+        if int(cols.magic[0]) < 2:
+            return max([-1, *(ts for _, ts, *_ in _legacy_records(memoryview(self.arr), int(cols.position[0]),
+                                                                  self.where))])
+        if int(cols.records_count[0]) <= 0:
+            return -1
+        return max(-1, int(scan_records(self.arr, cols, f"{self.where}: ").timestamp.max()))
 
 
 def _lookup(offsets: list[int], positions: list[int], target: int) -> int:

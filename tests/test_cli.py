@@ -3,6 +3,7 @@ refused with nothing changed, and recovery of damaged log dirs."""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -211,3 +212,46 @@ def test_produce_refuses_to_cut_a_corrupt_batch_in_the_unflushed_tail(tmp_path: 
     _flip(segment, 12 + struct.unpack_from(">i", segment.read_bytes(), 8)[0] + 70)
     _assert_refused(tmp_path, ["produce", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0"],
                     [str(segment), "corrupt batch", "kafkalog recover"], stdin="x\n")
+
+
+# --- store: several log dirs, broker config file ---------------------------------------------------
+def test_new_partitions_go_to_the_log_dir_with_the_fewest_logs(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_cli("topics", "create", "--log-dir", str(a), "--log-dir", str(b), "--topic", "first",
+                   "--partitions", "3").code == 0
+    assert sorted(p.name for p in a.iterdir() if p.is_dir()) == ["first-0", "first-2"]
+    assert sorted(p.name for p in b.iterdir() if p.is_dir()) == ["first-1"]
+    assert run_cli("topics", "create", "--log-dir", str(a), "--log-dir", str(b), "--topic", "second").code == 0
+    assert (b / "second-0").is_dir()  # b had fewer logs
+    # Both dirs describe every topic, whichever one is read.
+    for only in (a, b):
+        described = run_cli("topics", "describe", "--log-dir", str(only), "--json")
+        assert [t["topic"] for t in json.loads(described.out)["topics"]] == ["first", "second"]
+
+
+def test_broker_config_file_precedence_shows_in_describe(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text("# broker\nlog.retention.hours=1\nlog.retention.minutes=5\nlog.segment.bytes=65536\n"
+                      "broker.id=7\n")
+    logs = tmp_path / "logs"
+    assert run_cli("topics", "create", "--log-dir", str(logs), "--config-file", str(config), "--topic", "t",
+                   "--config", "segment.bytes=4096").code == 0
+    out = run_cli("topics", "describe", "--log-dir", str(logs), "--config-file", str(config), "--json")
+    configs = {c["name"]: (c["value"], c["source"]) for c in json.loads(out.out)["topics"][0]["configs"]}
+    assert configs["retention.ms"] == ("300000", "broker:log.retention.minutes")
+    assert configs["segment.bytes"] == ("4096", "topic")
+    assert configs["cleanup.policy"] == ("delete", "default")
+    assert run_cli("topics", "alter", "--log-dir", str(logs), "--topic", "t", "--delete-config",
+                   "segment.bytes").code == 0
+    out = run_cli("topics", "describe", "--log-dir", str(logs), "--config-file", str(config), "--json")
+    configs = {c["name"]: (c["value"], c["source"]) for c in json.loads(out.out)["topics"][0]["configs"]}
+    assert configs["segment.bytes"] == ("65536", "broker:log.segment.bytes")
+
+
+def test_bad_broker_config_value_names_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text("log.segment.bytes=-1\n")
+    result = run_cli("topics", "create", "--log-dir", str(tmp_path / "logs"), "--config-file", str(config),
+                     "--topic", "t")
+    assert result.code == 1 and "log.segment.bytes" in result.err
+    assert not (tmp_path / "logs").exists()

@@ -39,7 +39,10 @@ def records(offset: int, *values: str, timestamp: int | None = None, **kw: objec
 
 
 def segment(directory: Path, base: int, interval: int = 10, **kw: object) -> LogSegment:
-    return LogSegment(directory, base, SegmentSettings(index_interval_bytes=interval), **kw)  # type: ignore[arg-type]
+    """A segment whose ``.log`` exists, as ``LocalLog`` creates them (the constructor creates no file)."""
+    seg = LogSegment(directory, base, SegmentSettings(index_interval_bytes=interval), **kw)  # type: ignore[arg-type]
+    seg.log_path.touch()
+    return seg
 
 
 def batch_offsets(seg: LogSegment) -> list[int]:
@@ -464,11 +467,13 @@ def test_on_become_inactive_trims_kafka_preallocated_indexes(tmp_path: Path) -> 
     seg.time_index.path.write_bytes(times + bytes(12 * 200))
     seg = segment(tmp_path, 0, interval=0)
     assert len(seg.offset_index) == 4
+    assert seg.max_timestamp_so_far == 104
+    seg.append(5, 200, 5, records(5, "5"))  # the byte counter restarted: no entry yet
     position = seg.size
-    seg.append(5, 200, 5, records(5, "5"))
+    seg.append(6, 300, 6, records(6, "6"))
     seg.on_become_inactive()
-    assert seg.offset_index.path.read_bytes() == offsets + encode_offset_index([(5, position)], 0)
-    assert seg.time_index.path.read_bytes() == times + encode_time_index([(200, 5)], 0)
+    assert seg.offset_index.path.read_bytes() == offsets + encode_offset_index([(6, position)], 0)
+    assert seg.time_index.path.read_bytes() == times + encode_time_index([(300, 6)], 0)
     assert seg.time_index.path.stat().st_size % 12 == 0
 
 
@@ -527,7 +532,7 @@ def test_append_index_rule_equals_recovery_rebuild(tmp_path: Path, batches: list
     (root / "a").mkdir(parents=True)
     (root / "b").mkdir()
     base = 1000
-    seg = LogSegment(root / "a", base, SegmentSettings(index_interval_bytes=interval))
+    seg = segment(root / "a", base, interval)
     offset = base
     for count, value_len, ts in batches:
         recs = [fmt.Record(offset + i, ts, b"k", b"v" * value_len) for i in range(count)]
@@ -535,6 +540,7 @@ def test_append_index_rule_equals_recovery_rebuild(tmp_path: Path, batches: list
         header = fmt.parse_header(raw)
         seg.append(header.last_offset, header.max_timestamp, header.last_offset, raw)
         offset += count + gap
+    seg.on_become_inactive()  # as at roll: final time entry, trimmed files
     seg.close()
     shutil.copy(seg.log_path, root / "b" / seg.log_path.name)
     rebuilt = LogSegment(root / "b", base, SegmentSettings(index_interval_bytes=interval))

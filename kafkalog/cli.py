@@ -18,7 +18,12 @@ from typing import Any, TextIO
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.format.compression import CompressionType
 from kafkalog.log.config import BrokerConfig, describe
-from kafkalog.log.store import LogStore
+from kafkalog.log.snapshot import snapshot_log
+from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
+from kafkalog.maintenance import journal
+from kafkalog.maintenance.journal import new_run_id
+from kafkalog.maintenance.retention import apply_retention, sweep_partition
+from kafkalog.policy.retention import RetentionPlan, plan_retention
 from kafkalog.tools.partitioner import default_partition
 
 
@@ -220,6 +225,129 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- retention, journal, status -----------------------------------------------------------------
+def _now_ms(args: argparse.Namespace) -> int:
+    wall = int(time.time() * 1000)
+    if args.now_ms is None:
+        return wall
+    if args.now_ms > wall:
+        raise KafkaLogError(f"--now-ms {args.now_ms} is in the future (wall clock {wall}); a cycle may "
+                            "never decide more than is due now")
+    if args.now_ms < 0:
+        raise KafkaLogError(f"--now-ms {args.now_ms}: must not be negative")
+    return int(args.now_ms)
+
+
+def _retention_targets(args: argparse.Namespace, store: LogStore) -> list[PartitionLocation]:
+    if getattr(args, "partition", None) is not None and getattr(args, "topic", None) is None:
+        raise KafkaLogError("--partition needs --topic")
+    locations = store.partitions(getattr(args, "topic", None), getattr(args, "partition", None))
+    if getattr(args, "topic", None) is not None and not locations:
+        store.topic(args.topic)  # raises: no such topic
+    return [loc for loc in locations if loc.topic_partition.topic not in METADATA_TOPICS]
+
+
+def _plan_doc(plan: RetentionPlan) -> dict[str, Any]:
+    return {"topic": plan.topic, "partition": plan.partition, "now_ms": plan.now_ms,
+            "segments": [{"base_offset": s.base_offset, "next_offset": s.next_offset, "bytes": s.size_bytes,
+                          "reason": s.reason, "detail": s.detail} for s in plan.segments],
+            "bytes": plan.bytes, "roll_first": plan.roll_first,
+            "log_start_offset_before": plan.log_start_offset_before,
+            "log_start_offset_after": plan.log_start_offset_after,
+            "blocked_by": [str(b) for b in plan.blocked_by]}
+
+
+def cmd_retention(args: argparse.Namespace) -> int:
+    store = _store(args)
+    run_id = new_run_id()
+    if args.action == "sweep":
+        return _sweep(args, store, run_id)
+    now_ms = _now_ms(args)
+    docs: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for i, location in enumerate(targets := _retention_targets(args, store)):
+        _progress(args, f"retention {args.action}: {i + 1}/{len(targets)} {location.topic_partition}")
+        tp = location.topic_partition
+        try:
+            snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic))
+            plan = plan_retention(snapshot, now_ms)
+            doc = _plan_doc(plan)
+            if args.action == "apply" and not plan.empty:
+                report = apply_retention(store, location, plan, run_id=run_id)
+                doc.update(applied_segments=list(report.deleted_segments), applied_bytes=report.bytes,
+                           rolled=report.rolled, log_start_offset_after=report.log_start_offset_after,
+                           marked_files=list(report.marked_files))
+        except KafkaLogError as exc:
+            failures.append(f"{tp}: {exc}")
+            doc = {"topic": tp.topic, "partition": tp.partition, "error": str(exc)}
+        docs.append(doc)
+    _progress_done(args)
+    if args.json:
+        _emit_json({"run_id": run_id, "now_ms": now_ms, "action": args.action, "partitions": docs,
+                    "errors": failures}, sys.stdout)
+    else:
+        verb = "marked deleted" if args.action == "apply" else "deletable"
+        for doc in docs:
+            for seg in doc.get("segments", []):
+                print(f"{doc['topic']}-{doc['partition']}\t{seg['base_offset']}\t{seg['bytes']}\t"
+                      f"{seg['reason']}\t{seg['detail']}")
+        total = sum(d.get("bytes", 0) for d in docs)
+        count = sum(len(d.get("segments", [])) for d in docs)
+        print(f"{count} segments ({total} bytes) {verb} in {len(docs)} partitions at now_ms={now_ms}")
+        for failure in failures:
+            print(f"kafkalog: error: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _sweep(args: argparse.Namespace, store: LogStore, run_id: str) -> int:
+    wall = int(time.time() * 1000)
+    reports = [sweep_partition(store, loc, wall_now_ms=wall, run_id=run_id) for loc in store.partitions()]
+    refused = [r for report in reports for r in report.refused]
+    if args.json:
+        _emit_json({"run_id": run_id, "wall_clock_ms": wall, "partitions": [vars(r) for r in reports],
+                    "deleted_bytes": sum(r.deleted_bytes for r in reports),
+                    "waiting_bytes": sum(r.waiting_bytes for r in reports)}, sys.stdout)
+    else:
+        deleted = sum(len(r.deleted_files) for r in reports)
+        waiting = sum(len(r.waiting_files) for r in reports)
+        print(f"Deleted {deleted} files ({sum(r.deleted_bytes for r in reports)} bytes); {waiting} still within "
+              "file.delete.delay.ms")
+        for line in refused:
+            print(f"kafkalog: refused: {line}", file=sys.stderr)
+    return 1 if refused else 0
+
+
+def cmd_journal(args: argparse.Namespace) -> int:
+    store = _store(args)
+    entries = [doc for log_dir in store.log_dirs
+               for doc in journal.read(log_dir, topic=args.topic, partition=args.partition, run_id=args.run_id)]
+    entries.sort(key=lambda d: d.get("time_ms", 0))
+    if args.json:
+        _emit_json({"entries": entries}, sys.stdout)
+        return 0
+    for doc in entries:
+        segments = ",".join(str(s) for s in doc.get("segments", []))
+        print(f"{doc['time_ms']}\t{doc['run_id']}\t{doc['topic']}-{doc['partition']}\t{doc['action']}\t"
+              f"segments={segments}\tbytes={doc.get('bytes', 0)}\t{doc.get('reason', '')}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from kafkalog.tools.status import status_rows
+
+    store = _store(args)
+    rows = status_rows(store, _now_ms(args))
+    if args.json:
+        _emit_json({"partitions": rows}, sys.stdout)
+        return 0
+    columns = ["topic", "partition", "cleanup_policy", "log_start_offset", "log_end_offset", "size_bytes",
+               "segment_count", "pending_delete_bytes", "quarantined", "blocked_by"]
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join("; ".join(row[c]) if isinstance(row[c], list) else str(row[c]) for c in columns))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from kafkalog.tools.demo import run_demo
 
@@ -292,6 +420,31 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recover", parents=[common], help="finish interrupted swaps, rebuild indexes, cut torn tails")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recover)
+
+    retention = sub.add_parser("retention", help="plan, apply and sweep retention").add_subparsers(
+        dest="action", required=True)
+    for action, text in (("plan", "what retention would delete now (changes nothing)"),
+                         ("apply", "mark what retention allows as .deleted, advance log start offsets"),
+                         ("sweep", "delete .deleted files whose file.delete.delay.ms has passed")):
+        p = retention.add_parser(action, parents=[common], help=text)
+        if action != "sweep":
+            p.add_argument("--now-ms", type=int, help="the cycle's clock (default: wall clock; never later)")
+            p.add_argument("--topic")
+            p.add_argument("--partition", type=int)
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=cmd_retention)
+
+    p = sub.add_parser("journal", parents=[common], help="the maintenance journal")
+    p.add_argument("--topic")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--run-id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_journal)
+
+    p = sub.add_parser("status", parents=[common], help="one row per partition, with why retention waits")
+    p.add_argument("--now-ms", type=int)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("demo", help="write a sample log dir with every codec, dump and verify it")
     p.add_argument("--dir", default="demo-logs")

@@ -99,10 +99,11 @@ def _fill_batches(buf: U8, start: int, count: int, cols: I64) -> None:
             cols[11, i] = ((hi << 8) | buf[pos + 52]) - (65536 if hi >= 128 else 0)
             cols[12, i] = _be32(buf, pos + 53)
             cols[13, i] = _be32(buf, pos + 12)
-        elif magic >= 2:  # shorter than a v2 header: find_corrupt_batch reports it
-            for row in (3, 5, 6, 8, 9, 10, 11, 12, 13):
+        elif magic >= 2:  # shorter than a v2 header: find_corrupt_batch / scan_records report it
+            for row in (6, 8, 9, 10, 11, 12, 13):
                 cols[row, i] = -1
             cols[3, i] = 0
+            cols[5, i] = 0
             cols[7, i] = 0
         else:
             cols[3, i] = 0
@@ -366,6 +367,13 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
     magic = batches.magic
     if len(batches) and int(magic.min()) < 2:
         return _legacy_records(arr, batches, where)
+    short = (batches.magic >= 2) & (batches.size < RECORD_BATCH_OVERHEAD)
+    if short.any():
+        i = int(np.argmax(short))
+        raise CorruptRecordError(
+            f"{where}batch at byte {int(batches.position[i])} (offset {int(batches.base_offset[i])}) is "
+            f"{int(batches.size[i])} bytes, below the 61-byte header"
+        )
     codec = batches.attributes & 0x07
     sec_start = batches.position + RECORD_BATCH_OVERHEAD
     sec_end = batches.position + batches.size

@@ -2,14 +2,19 @@
 
 Temporary files left by an interrupted swap are resolved first, exactly as Kafka does:
 
-1. delete ``*.deleted``; delete every ``.swap`` at or above the lowest ``.cleaned`` offset (an
-   incomplete swap whose renames never finished); delete every ``.cleaned``;
+1. delete every ``.swap`` at or above the lowest ``.cleaned`` offset (an incomplete swap whose
+   renames never finished); delete every ``.cleaned``;
 2. the remaining ``.swap`` segments cover ``[min_swap, max_swap_next)``: delete every other file in
    that range (they were already replaced) and promote the swaps by dropping the suffix.
 
 :func:`plan_temp_files` computes those actions without touching anything, so a read-only open
 (``verify``, ``dump``, ``consume``) sees the directory as recovery *would* leave it and a writable
 open carries the plan out.
+
+One deliberate difference from Kafka: ``*.deleted`` files are *not* deleted at load. A broker loads a
+partition once per start; kafkalog processes open partitions all the time, and deleting on open would
+cut short the ``file.delete.delay.ms`` grace that readers were promised. ``retention sweep`` deletes
+them once the delay has passed; until then they are invisible to the log.
 """
 
 from __future__ import annotations
@@ -42,9 +47,7 @@ def plan_temp_files(directory: Path) -> TempFilePlan:
     swaps: list[Path] = []
     for path in files:
         name = path.name
-        if name.endswith(names.DELETED_SUFFIX) and not name.endswith(".checkpoint.deleted"):
-            delete.append(path)
-        elif name.endswith(names.CLEANED_SUFFIX):
+        if name.endswith(names.CLEANED_SUFFIX):
             cleaned.append(path)
         elif name.endswith(names.SWAP_SUFFIX):
             swaps.append(path)

@@ -11,6 +11,7 @@ For this store the high watermark is the durable log end: everything appended an
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -335,6 +336,33 @@ class LocalLog:
             return
         entries = [(e, o) for e, o in entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
         checkpoint.write_leader_epoch_checkpoint(path, entries)
+
+    def mark_segments_deleted(self, count: int, *, mark_time_ms: int) -> list[Path]:
+        """Phase one of Kafka's asynchronous delete (``deleteSegments``, spec §10.3) for the oldest
+        ``count`` segments: advance the log start offset past them, then rename each segment's files
+        (``.log`` first, so the segment leaves the log in one rename) and its producer snapshot to
+        ``*.deleted``. The mark time is stamped as the files' mtime *before* the rename, so the
+        ``file.delete.delay.ms`` clock survives restarts. The active segment is never marked.
+        """
+        self._check_writable()
+        if not 0 <= count < len(self._segments):
+            raise KafkaLogError(f"{self.topic_partition}: cannot delete {count} of {len(self._segments)} "
+                                "segments (the active segment always stays)")
+        doomed, self._segments = self._segments[:count], self._segments[count:]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        renamed: list[Path] = []
+        mark_s = mark_time_ms / 1000
+        for segment in doomed:
+            segment.offset_index.close()
+            segment.time_index.close()
+            files = [*segment.files(), names.snapshot_file(self.directory, segment.base_offset)]
+            for path in files:
+                if path.exists():
+                    os.utime(path, (mark_s, mark_s))
+                    target = path.with_name(path.name + names.DELETED_SUFFIX)
+                    path.replace(target)
+                    renamed.append(target)
+        return renamed
 
     def truncate_to(self, offset: int) -> int:
         """Drop every record at or after ``offset`` (``UnifiedLog.truncateTo``); returns bytes removed.

@@ -33,6 +33,7 @@ import numpy as np
 from kafkalog.errors import KafkaLogError
 from kafkalog.format import compression, legacy
 from kafkalog.format.batch import (
+    HEADER,
     ControlType,
     TimestampType,
     parse_control_type,
@@ -174,6 +175,10 @@ def _dump_chunk(arr: bytearray, cols: BatchColumns, opts: _Options, lines: list[
     for i, (pos, size, base, delta, mag, attrs, crc, count, base_ts, max_ts, pid, epoch, base_seq,
             leader_epoch) in enumerate(zip(*(getattr(cols, name).tolist() for name in _BATCH_FIELDS), strict=True)):
         mag = mag - 256 if mag > 127 else mag  # Java reads the magic as a signed byte
+        if mag >= 2 and size < _HEADER:  # Kafka reads the 61-byte header anyway, into the next entry
+            (_, _, leader_epoch, _, crc, attrs, delta, base_ts, max_ts, pid, epoch, base_seq,
+             count) = HEADER.unpack_from(arr, pos)
+            attrs &= 0xFF
         codec = _codec_name(attrs)
         if mag >= 2:
             tt = _TS_LABEL[attrs & 0x08]
@@ -529,18 +534,10 @@ def _sanity(ok: bool, message: str) -> None:
 # --- .snapshot and .txnindex ----------------------------------------------------------------------
 
 def _dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
-    """``ProducerStateManager.readSnapshot``: its checks in its order, its messages, which Kafka prints
+    """``ProducerStateManager.readSnapshot``: its checks in its order and its messages, which Kafka prints
     to stderr before going on. Bytes after the last entry are ignored, as Kafka ignores them."""
     data = path.read_bytes()
-    count = struct.unpack_from(">i", data, 6)[0] if len(data) >= 10 else 0
-    schema_error = (
-        "null" if len(data) < 2  # a BufferUnderflowException has no message
-        else f"Snapshot contained an unknown file version {struct.unpack_from('>h', data)[0]}"
-        if struct.unpack_from(">h", data)[0] != 1 else "null" if len(data) < 10
-        else "non-nullable field producerEntries was serialized as null" if count < 0
-        else f"Tried to allocate a collection of size {count}, but there are only {len(data) - 10} bytes "
-             "remaining." if count > len(data) - 10
-        else "null" if len(data) < 10 + 46 * count else None)
+    schema_error = _snapshot_schema_error(data)
     if schema_error is not None:
         err.write(f"Snapshot failed schema validation: {schema_error}\n")
         return
@@ -548,8 +545,24 @@ def _dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
     if stored != computed:
         err.write(f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored}. Computed crc: {computed}\n")
         return
+    count = struct.unpack_from(">i", data, 6)[0]
     entries = struct.Struct(">qhiqiqiq").iter_unpack(data[10:10 + 46 * count])
     out.writelines(format_snapshot_dump_line(ProducerSnapshotEntry(*fields)) + "\n" for fields in entries)
+
+
+def _snapshot_schema_error(data: bytes) -> str | None:
+    """The message of what Kafka's generated ``ProducerSnapshot`` reader throws on ``data``, if anything."""
+    if len(data) < 2:
+        return "null"  # a BufferUnderflowException has no message
+    if (version := struct.unpack_from(">h", data)[0]) != 1:
+        return f"Snapshot contained an unknown file version {version}"
+    if len(data) < 10:
+        return "null"
+    if (count := struct.unpack_from(">i", data, 6)[0]) < 0:
+        return "non-nullable field producerEntries was serialized as null"
+    if count > len(data) - 10:
+        return f"Tried to allocate a collection of size {count}, but there are only {len(data) - 10} bytes remaining."
+    return "null" if len(data) < 10 + 46 * count else None
 
 
 def _dump_txn_index(path: Path, out: TextIO) -> None:

@@ -498,6 +498,17 @@ def test_invalid_record(case: str) -> None:
         scan_records(batch, scan_batches(batch))
 
 
+def test_record_size_is_checked_per_record() -> None:
+    # The first body declares one byte more than its fields take; the byte would parse as the start of
+    # a second record, so only a per-record size check reports the real fault.
+    section = record(body() + b"\x00") + record(body())
+    batch = raw_batch(section, 2, last_offset_delta=1)
+    with pytest.raises(InvalidRecordError, match="expected to read 7 bytes, read 6"):
+        decode_records(batch)
+    with pytest.raises(InvalidRecordError, match=f"record size does not match .* at byte {61 + 1 + 6}"):
+        scan_records(batch, scan_batches(batch))
+
+
 def test_invalid_record_inside_compressed_section() -> None:
     section = record(body(key=blob(b"k"))) + INVALID_RECORDS["null header key"][0]
     batch = raw_batch(compress(C.GZIP, section), 2, attributes=1, last_offset_delta=1)

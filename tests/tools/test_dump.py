@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-import kafkalog.tools.dump as dump_module
 from kafkalog.errors import KafkaLogError
 from kafkalog.format import compression
 from kafkalog.format.batch import (
@@ -28,7 +27,7 @@ from kafkalog.format.batch import (
     end_txn_marker_batch,
 )
 from kafkalog.format.compression import CompressionType
-from kafkalog.format.scan import BatchColumns, RecordColumns
+from kafkalog.format.scan import BatchColumns, RecordColumns, scan_records
 from kafkalog.log.producer_snapshot import ProducerSnapshotEntry, encode_producer_snapshot
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.tools.dump import dump_files
@@ -207,6 +206,27 @@ def test_corrupt_length_stops_the_dump_like_kafkas_exception(tmp_path: Path) -> 
                    f"in file {log}."]
 
 
+def test_v2_entry_shorter_than_a_header_prints_the_bytes_kafka_reads(tmp_path: Path) -> None:
+    tiny = struct.pack(">qiib", 5, 14, 0, 2) + bytes(9)  # a 26-byte "v2 batch": length 14, magic 2
+    after = build_batch([Record(6, 77, b"k", b"v")])
+    log = write_log(tmp_path, 5, tiny, after)
+    code, out, err = run(log)
+    # Kafka loads 61 header bytes whatever the entry's size, so its header runs 35 bytes into the next
+    # batch; the size check makes it invalid.
+    _, _, _, _, crc, attrs, delta, _, max_ts, pid, epoch, base_seq, count = struct.unpack_from(
+        ">qiibIhiqqqhii", tiny + after)
+    assert (attrs, delta, base_seq) == (0, 0, 0)  # what the bytes give here
+    assert code == 0 and err == []
+    assert out[2:] == [
+        f"baseOffset: 5 lastOffset: 5 count: {count} baseSequence: 0 lastSequence: 0 producerId: {pid} "
+        f"producerEpoch: {epoch} partitionLeaderEpoch: 0 "
+        f"isTransactional: false isControl: false deleteHorizonMs: OptionalLong.empty position: 0 "
+        f"CreateTime: {max_ts} size: 26 magic: 2 compresscodec: none crc: {crc} isvalid: false",
+        batch_line(after, 26, count=1),
+    ]
+    assert run(log, deep_iteration=True)[0] == 1  # Kafka's record iterator throws on it
+
+
 def test_columnar_and_per_batch_paths_print_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     batches = []
     for b in range(5000):  # more than one 4096-batch chunk
@@ -217,14 +237,14 @@ def test_columnar_and_per_batch_paths_print_the_same(tmp_path: Path, monkeypatch
     log = write_log(tmp_path, 0, *batches)
     fast = run(log, print_data_log=True)
 
-    real = dump_module.scan_records
+    real = scan_records
 
     def whole_chunks_fail(arr: bytearray, cols: BatchColumns, where: str = "") -> RecordColumns:
         if len(cols) > 1:
             raise KafkaLogError("forced")
         return real(arr, cols, where)
 
-    monkeypatch.setattr(dump_module, "scan_records", whole_chunks_fail)
+    monkeypatch.setattr("kafkalog.tools.dump.scan_records", whole_chunks_fail)
     slow = run(log, print_data_log=True)
     assert fast == slow
     assert len(fast[1]) == 2 + 5000 * 4
@@ -417,6 +437,19 @@ def test_time_index_dump_and_its_three_reports(tmp_path: Path) -> None:
     assert code == 1 and "the last timestamp is 0 which is less than the first timestamp 30" in err[0]
 
 
+def test_time_index_lookups_through_a_preallocated_offset_index(tmp_path: Path) -> None:
+    """Kafka searches every slot of the offset index, zeros included; its warm-section search then lands
+    on a zero slot (position 0) and the scan from there still finds each batch."""
+    log, _, pos = three_batch_segment(tmp_path)
+    log.with_suffix(".index").write_bytes(struct.pack(">ii", 3, pos[1]) + bytes(8 * 2000))
+    time_index = log.with_suffix(".timeindex")
+    time_index.write_bytes(b"".join(struct.pack(">qi", t, o - 100) for t, o in ((30, 101), (40, 104))) + bytes(120))
+    assert run(time_index) == (0, [f"Dumping {time_index}", "timestamp: 30 offset: 101",
+                                   "timestamp: 40 offset: 104"], [])
+    assert run(log.with_suffix(".index"))[1] == [f"Dumping {log.with_suffix('.index')}",
+                                                 f"offset: 103 position: {pos[1]}"]
+
+
 # --- .txnindex, .snapshot, unknown files ----------------------------------------------------------------
 
 def test_txn_index_skips_a_partial_tail(tmp_path: Path) -> None:
@@ -452,6 +485,11 @@ def test_producer_snapshot(tmp_path: Path) -> None:
     assert err == [f"Snapshot is corrupt (CRC is no longer valid). Stored crc: {stored}. Computed crc: {computed}"]
     path.write_bytes(struct.pack(">h", 2) + bytes(data[2:]))
     assert run(path)[2] == ["Snapshot failed schema validation: Snapshot contained an unknown file version 2"]
+    path.write_bytes(struct.pack(">hIi", 1, 0, 5))
+    assert run(path)[2] == ["Snapshot failed schema validation: Tried to allocate a collection of size 5, "
+                            "but there are only 0 bytes remaining."]
+    path.write_bytes(struct.pack(">hIi", 1, 0, 1) + bytes(20))  # an entry cut short: BufferUnderflow
+    assert run(path)[2] == ["Snapshot failed schema validation: null"]
 
 
 def zlib_free_crc32c(data: bytes) -> int:
@@ -538,6 +576,7 @@ def test_every_fixture_index_and_time_index_dumps() -> None:
         if str(log.relative_to(root)) in listed:  # indexes equal to a recovery rebuild are exact
             assert err == [], index
         assert run(index, index_sanity_check=True)[0] == 0, index
+    print(f"{dumped} Kafka-written index files dumped, {reports} with reports")
     assert dumped > 800
     # Old brokers (before KAFKA-16310) indexed record offsets in the time index: Kafka's own tool reports
     # those as "not found"; the count is what this data holds.

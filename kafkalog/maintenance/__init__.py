@@ -1,0 +1,1 @@
+"""Executors that carry out plans (mark deleted, sweep, compact), each idempotent and journalled."""

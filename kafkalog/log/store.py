@@ -200,8 +200,10 @@ class LogStore:
                 checkpoint.write_offset_checkpoint(path, points)
             path = location.log_dir / names.LOG_START_OFFSET_CHECKPOINT
             starts = checkpoint.read_offset_checkpoint(path)
-            # Kafka records only logs whose start offset is past their first segment's base.
-            wanted = log.log_start_offset if log.log_start_offset > log.segments[0].base_offset else None
+            # Kafka records only logs whose start offset is past their first segment's base; kafkalog also
+            # keeps the entry when the start offset equals it (after retention), which Kafka reads the
+            # same way (it takes max(checkpoint, first base)) and which makes the advance visible.
+            wanted = log.log_start_offset if log.log_start_offset > 0 else None
             if starts.get(key) != wanted:
                 if wanted is None:
                     starts.pop(key, None)

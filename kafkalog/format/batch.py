@@ -371,6 +371,8 @@ def decode_records(batch: bytes | bytearray | memoryview, header: BatchHeader | 
         header = parse_header(batch)
     if header.records_count < 0:
         raise InvalidRecordError(f"batch at offset {header.base_offset} has a negative record count")
+    if header.records_count == 0:
+        return []  # Kafka's iterator never looks inside an empty batch
     data = batch_payload(batch, header)
     pos, end = 0, len(data)
     log_append = header.timestamp_type is TimestampType.LOG_APPEND_TIME

@@ -108,18 +108,17 @@ def inner_records(buf: bytes | memoryview, entry: LegacyEntry, where: str = "") 
     if entry.value is None:
         raise InvalidRecordError(f"{where}compressed wrapper at byte {entry.position} has a null value")
     data = compression.decompress(entry.compression, entry.value, magic=entry.magic)
+    # Trailing bytes after the last whole inner entry are ignored, as Kafka's deep iterator does.
     inner = [parse_entry(data, e.position, where=where) for e in iter_entries(data, where=where)]
-    consumed = inner[-1].position + inner[-1].size_in_bytes if inner else 0
-    if consumed != len(data):
-        raise InvalidRecordError(f"{where}wrapper at byte {entry.position}: {len(data) - consumed} "
-                                 "trailing bytes after its inner entries")
     if not inner:
         raise InvalidRecordError(f"{where}compressed wrapper at byte {entry.position} holds no records")
-    shift = entry.offset - inner[-1].offset if entry.magic == 1 else 0
+    # v1 inner offsets are relative to the wrapper's (last) offset; a wrapper offset of 0 (written by
+    # librdkafka) means the inner offsets are used as they are, as Kafka does.
+    shift = entry.offset - inner[-1].offset if entry.magic == 1 and entry.offset != 0 else 0
     log_append = entry.timestamp_type is TimestampType.LOG_APPEND_TIME
     out = []
     for message in inner:
-        timestamp = entry.timestamp if log_append else message.timestamp
+        timestamp = entry.timestamp if log_append and message.magic >= 1 else message.timestamp
         out.append((message, _as_record(message, message.offset + shift, timestamp)))
     return out
 

@@ -307,12 +307,13 @@ def _scan_records(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_offs
             out[4, r] = headers_pos
             out[5, r] = rec_start
             out32[0, r] = b
-            out32[1, r] = key_len
-            out32[2, r] = value_len
+            out32[1, r] = key_len if key_len >= 0 else -1  # any negative length is null
+
+            out32[2, r] = value_len if value_len >= 0 else -1
             out32[3, r] = n_headers
             out32[4, r] = p - rec_start
             r += 1
-        if p != end:
+        if p != end and counts[b] > 0:  # Kafka's iterator never looks inside a batch of 0 records
             return _E_SIZE, b, p
     return _OK, -1, -1
 

@@ -415,6 +415,13 @@ def test_no_timestamp_records_and_kept_last_offset() -> None:
 # --- declared record count (testInvalidRecordCount*) ---------------------------------------------------
 
 
+def test_declared_count_zero_reads_no_records_like_kafka() -> None:
+    # DefaultRecordBatch.iterator() returns an empty iterator when count() == 0, without reading.
+    batch = _with_count(build_batch([Record(0, 1, b"k", b"v")]), 0)
+    assert decode_records(batch) == []
+    assert len(scan_records(batch, scan_batches(batch))) == 0
+
+
 def _with_count(batch: bytes, count: int) -> bytes:
     buf = bytearray(batch)
     struct.pack_into(">i", buf, 57, count)
@@ -422,7 +429,7 @@ def _with_count(batch: bytes, count: int) -> bytes:
 
 
 @pytest.mark.parametrize("codec", list(C), ids=lambda c: c.name_kafka)
-@pytest.mark.parametrize("count", [4, 5, 100, 2, 0])  # 3 records were written
+@pytest.mark.parametrize("count", [4, 5, 100, 2])  # 3 records were written
 def test_declared_record_count_mismatch(codec: CompressionType, count: int) -> None:
     records = [Record(i, 1000 + i, b"key%d" % i, b"value" * 20) for i in range(3)]
     batch = _with_count(build_batch(records, compression_type=codec), count)

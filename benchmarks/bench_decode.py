@@ -23,7 +23,9 @@ numba kernels run once before timing; that first call (cache load, or compile on
 reported on its own. The contestants run in interleaved rounds, so load from other processes on a
 shared machine falls on all of them alike; each figure is the median of ``--repeat`` rounds
 (kafka-python: of 3), by wall clock (the verdicts) and by this process's CPU time (a cross-check that
-outside load barely moves). An untimed pass afterwards checks that every implementation decoded the
+outside load barely moves). Every timed run follows an untimed run of the same contestant, so all of
+them are measured in the steady state of decoding segment after segment (see ``run_rounds``). An
+untimed pass afterwards checks that every implementation decoded the
 same records: count, every offset, timestamp and key/value length, and the key and value bytes of a
 sample.
 
@@ -369,16 +371,35 @@ class Contestant:
 
 
 def run_rounds(contestants: list[Contestant], rounds: int) -> None:
-    """Interleave: round r runs every contestant once, so a burst of outside load hits all of them."""
+    """Interleave: round r runs every contestant once, so a burst of outside load hits all of them.
+
+    Each timed run follows an untimed one of the same contestant: the steady state of decoding
+    segment after segment, where memory freed by one decode is reused by the next. Without it, a
+    contestant that allocates large arrays pays for fresh pages whenever it runs after a pause,
+    which on a VM that hands freed memory back to its host (as this one does) costs several times
+    more than the decode itself; ``fresh_memory_probe`` reports that cost on its own.
+    """
     for r in range(rounds):
         for c in contestants:
             if r < c.rounds:
+                c.run()
                 gc.collect()
                 started, cpu_started = time.perf_counter(), time.process_time()
                 c.run()
                 c.times.append(time.perf_counter() - started)
                 c.cpu_times.append(time.process_time() - cpu_started)
         print(f"  round {r + 1}/{rounds} done", flush=True)
+
+
+def fresh_memory_probe(nbytes: int = 256 * MB, pause: float = 3.0) -> tuple[float, float]:
+    """Seconds to write ``nbytes`` of new numpy memory after an idle ``pause``, then (best of 3) at once."""
+    time.sleep(pause)  # long enough for a balloon driver to report the freed pages to the host
+    seconds = []
+    for _ in range(4):
+        started = time.perf_counter()
+        np.empty(nbytes, dtype=np.uint8).fill(1)
+        seconds.append(time.perf_counter() - started)
+    return seconds[0], min(seconds[1:])
 
 
 def prefix_batches(batches: scan.BatchColumns, limit_bytes: int) -> int:
@@ -392,8 +413,8 @@ PHASES = (
     "  prototype: vectorised checks, one C call per batch",
     "decompress to arena (scan._decompress_sections)",
     "  prototype: liblz4 blocks straight into one arena",
-    "scan_records kernel, fresh output arrays",
-    "  same kernel, output arrays reused (no page faults)",
+    "scan_records kernel, newly allocated output arrays",
+    "  same kernel, output arrays reused (no new pages)",
     "limit: crc32c of the whole buffer in one call",
 )
 
@@ -402,6 +423,7 @@ def phase_breakdown(data: bytes, rounds: int) -> dict[str, float]:
     """Median CPU seconds of each phase of the bulk decode, timed one by one (scan's private helpers).
 
     CPU time, not wall clock: a phase takes milliseconds, so one burst of outside load would swamp it.
+    Like the contestants, each timed step follows an untimed run of itself.
     """
     times: dict[str, list[float]] = {name: [] for name in PHASES}
     arr = scan.as_array(data)
@@ -438,6 +460,7 @@ def phase_breakdown(data: bytes, rounds: int) -> dict[str, float]:
         for name, step in zip(PHASES, steps, strict=True):
             if step is None:
                 continue
+            step()  # warm-up, as in run_rounds
             gc.collect()
             started = time.process_time()
             step()
@@ -510,7 +533,8 @@ def fairness_check(dataset: str, data: bytes, prefix: bytes, ours: scan.RecordCo
 # --- report ---------------------------------------------------------------------------------------------
 
 def print_report(contestants: list[Contestant], phases: dict[str, dict[str, float]], sizes: dict[str, int],
-                 first_call: float, problems: list[str], args: argparse.Namespace) -> None:
+                 first_call: float, fresh: tuple[float, float], problems: list[str],
+                 args: argparse.Namespace) -> None:
     by_key = {(c.dataset, c.name): c for c in contestants}
     command = " ".join(["python -m benchmarks.bench_decode", *sys.argv[1:]])
     print()
@@ -519,6 +543,9 @@ def print_report(contestants: list[Contestant], phases: dict[str, dict[str, floa
           f"numba {numba.__version__}   command: {command}")
     kind = "cache load" if first_call < 1.0 else "longer than a cache load: probably a compile (cold cache)"
     print(f"numba kernels' first call (one batch): {first_call * 1e3:,.0f} ms ({kind}); excluded below")
+    print(f"fresh memory: writing 256 MB of new numpy memory after a 3 s pause took {fresh[0] * 1e3:,.0f} ms "
+          f"({256 / fresh[0]:,.0f} MB/s), right after that (best of 3) {fresh[1] * 1e3:,.0f} ms "
+          f"({256 / fresh[1]:,.0f} MB/s); timed runs follow a warm-up run, so they see the second case")
     print()
     print("| dataset | implementation | bytes decoded | records | median s | MB/s | records/s "
           "| kafkalog ÷ this | MB/s by CPU time | kafkalog ÷ this, CPU |")
@@ -602,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         kafkalog_decode(first_batch(data))
         prototype_decode(first_batch(data))
 
+    fresh = fresh_memory_probe()
     n_prefix = prefix_batches(scan.scan_batches(datasets["uncompressed"]), args.kafka_python_mb * MB)
     contestants: list[Contestant] = []
     prefixes: dict[str, bytes] = {}
@@ -624,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     run_rounds(contestants, args.repeat)
 
     print("timing kafkalog's phases ...", flush=True)
-    phases = {name: phase_breakdown(data, args.repeat) for name, data in datasets.items()}
+    phases = {name: phase_breakdown(data, min(args.repeat, 5)) for name, data in datasets.items()}
 
     print("checking that all implementations decoded the same records ...", flush=True)
     problems: list[str] = []
@@ -632,7 +660,8 @@ def main(argv: list[str] | None = None) -> int:
         problems += fairness_check(name, data, prefixes[name], kafkalog_decode(data))
         gc.collect()
 
-    print_report(contestants, phases, {n: len(d) for n, d in datasets.items()}, first_call, problems, args)
+    print_report(contestants, phases, {n: len(d) for n, d in datasets.items()}, first_call, fresh, problems,
+                 args)
     return 0
 
 

@@ -35,6 +35,7 @@ class _Index:
 
     dtype: np.dtype = _OFFSET_DTYPE
     key: str = "relative_offset"
+    all_zero_first_slot_is_unused = False
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES):
         self.path = Path(path)
@@ -51,6 +52,10 @@ class _Index:
         unused = np.flatnonzero(entries["relative_offset"][1:] == 0)
         if len(unused):
             entries = entries[: int(unused[0]) + 1]
+        if self.all_zero_first_slot_is_unused and len(entries) and not entries[0].tobytes().strip(b"\0"):
+            # A preallocated time index with no entry at all; read as (0, base) it would claim the
+            # segment's newest record is from 1970 and time retention would delete it.
+            entries = entries[:0]
         self._entries: npt.NDArray[np.void] = entries.copy()
         self.preallocated_bytes = len(raw) - len(self._entries) * self.entry_size
 
@@ -206,6 +211,7 @@ class TimeIndex(_Index):
 
     dtype = _TIME_DTYPE
     key = "timestamp"
+    all_zero_first_slot_is_unused = True
 
     @property
     def is_full(self) -> bool:

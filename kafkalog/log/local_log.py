@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from kafkalog.errors import (
-    CorruptIndexError,
     CorruptRecordError,
     InvalidOffsetError,
     KafkaLogError,
@@ -184,8 +183,8 @@ class LocalLog:
     def _settings(self) -> SegmentSettings:
         return SegmentSettings(self.config.index_interval_bytes, self.config.segment_index_bytes)
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
-        segment = LogSegment(self.directory, base_offset, self._settings())
+    def _new_segment(self, base_offset: int, now_ms: int | None = None) -> LogSegment:
+        segment = LogSegment(self.directory, base_offset, self._settings(), created_ms=now_ms)
         for stale in segment.files():  # leftovers with the new name are deleted first
             stale.unlink(missing_ok=True)
         for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
@@ -322,7 +321,7 @@ class LocalLog:
                                 f"active segment base {active.base_offset}")
         active.on_become_inactive()
         active.flush()
-        segment = self._new_segment(new_base)
+        segment = self._new_segment(new_base, now_ms)
         self._segments.append(segment)
         write_producer_snapshot(names.snapshot_file(self.directory, new_base),
                                 self.producer_state().snapshot_entries())
@@ -447,15 +446,19 @@ class LocalLog:
 
 
 def _indexes_sane(segment: LogSegment) -> bool:
+    """Kafka's load-time check plus one it lacks: no index entry may point past the log's data."""
     if not segment.offset_index.path.exists():
         return False
     try:
         segment.offset_index.sanity_check()
         segment.time_index.sanity_check()
         segment.txn_index.sanity_check()
-    except (CorruptIndexError, KafkaLogError):
+    except KafkaLogError:
         return False
-    return segment.offset_index.last_offset <= max(segment.base_offset, segment.read_next_offset())
+    next_offset = segment.read_next_offset()
+    _, last_time_offset = segment.time_index.last_entry()
+    return (segment.offset_index.last_offset <= max(segment.base_offset, next_offset)
+            and (not len(segment.time_index) or last_time_offset < next_offset))
 
 
 def _in_memory_rebuild(segment: LogSegment) -> LogSegment:

@@ -103,14 +103,26 @@ class LogSegment:
                              int(batches.size[i]))
 
     def read_next_offset(self) -> int:
-        """The offset after the last batch (base offset when empty)."""
+        """The offset after the last complete batch (base offset when empty).
+
+        Reads from the last index entry; a torn or zero-filled tail just ends the scan, and when the
+        index points at nothing complete the whole file is scanned instead.
+        """
         _, position = self.offset_index.lookup(1 << 62)
         if position > self.size:  # an index pointing past the data: trust only the log
             position = 0
-        data, batches = self.scan(position)
-        if not len(batches):
-            return self.base_offset if position == 0 else self.offset_index.last_offset + 1
-        return int(batches.last_offset[-1]) + 1
+        batches = self.scan_valid(position)
+        if not len(batches) and position > 0:
+            batches = self.scan_valid(0)
+        return int(batches.last_offset[-1]) + 1 if len(batches) else self.base_offset
+
+    def scan_valid(self, start: int = 0) -> BatchColumns:
+        """Header columns of the complete entries from ``start`` up to any torn or zero-filled tail."""
+        data = self.read_bytes(start)
+        try:
+            return scan_batches(data)
+        except CorruptRecordError:
+            return scan_batches(data, 0, _framed_prefix(data))
 
     def largest_timestamp(self) -> int:
         """The max timestamp if known, else the ``.log`` mtime (what time retention uses, §5.4)."""
@@ -120,8 +132,11 @@ class LogSegment:
         """The first batch's max timestamp (``getFirstBatchTimestamp``), MAX_LONG when empty."""
         if self.rolling_based_timestamp is not None:
             return self.rolling_based_timestamp
-        data = self.read_bytes(0, 1 << 16)
-        batches = scan_batches(data)
+        head = self.read_bytes(0, fmt.LOG_OVERHEAD)
+        if len(head) < fmt.LOG_OVERHEAD:
+            return (1 << 63) - 1
+        length = int.from_bytes(head[8:12], "big", signed=True)
+        batches = scan_batches(self.read_bytes(0, fmt.LOG_OVERHEAD + max(length, 0)))
         return int(batches.max_timestamp[0]) if len(batches) else (1 << 63) - 1
 
     # --- writing -------------------------------------------------------------------------------
@@ -229,19 +244,22 @@ class LogSegment:
         self.bytes_since_last_index_entry = valid_bytes - last_index_entry if len(batches) else 0
         return truncated
 
-    def truncate_to(self, offset: int) -> int:
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Drop every batch holding an offset ≥ ``offset``; returns the bytes removed."""
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
         if found is None:
+            if self.size == 0:  # Kafka resets the roll clock whenever the segment ends up empty
+                self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
+                self.rolling_based_timestamp = None
             return 0
         removed = self.size - found.position
         os.truncate(self.log_path, found.position)
         self.bytes_since_last_index_entry = 0
         if found.position == 0:
-            self.created_ms = int(time.time() * 1000)
+            self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
             self.rolling_based_timestamp = None
         last_ts, last_ts_offset = self.time_index.last_entry()
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = last_ts, last_ts_offset

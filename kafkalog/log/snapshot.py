@@ -110,8 +110,10 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
         next_offset = logs[i + 1][0] if i + 1 < len(logs) else log_end_offset
         max_ts = _last_time_index_timestamp(directory, base, time_index_sizes.get(base, 0))
         segments.append(SegmentSnapshot(base, next_offset, stat.st_size, max_ts, int(stat.st_mtime * 1000)))
-    high_watermark = min(log_end_offset, checkpoints.high_watermarks.get(key, log_end_offset))
     log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), logs[0][0])
+    # Kafka never lets the high watermark fall below the log start offset.
+    high_watermark = max(log_start_offset,
+                         min(log_end_offset, checkpoints.high_watermarks.get(key, log_end_offset)))
     return LogSnapshot(topic, partition, log_dir, config, tuple(segments), log_start_offset, log_end_offset,
                        high_watermark, pending_delete)
 

@@ -67,21 +67,29 @@ class LogStore:
             if not log_dir.is_dir():
                 raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
         self.broker = broker if broker is not None else BrokerConfig.from_properties({})
+        self._topics: dict[str, TopicInfo] | None = None
+        self._configs: dict[str, LogConfig] = {}
 
     # --- topics --------------------------------------------------------------------------------
     def topics(self) -> dict[str, TopicInfo]:
-        """Topics from the registry, plus topics only seen as partition directories (Kafka-written)."""
-        registry = self._read_registry()
-        found: dict[str, int] = {}
-        for location in self.partitions():
-            tp = location.topic_partition
-            found[tp.topic] = max(found.get(tp.topic, 0), tp.partition + 1)
-        topics = dict(registry)
-        for topic, count in found.items():
-            if topic not in topics:
-                topics[topic] = TopicInfo(topic, count, self._topic_id_on_disk(topic),
-                                          dict(INTERNAL_TOPIC_CONFIGS.get(topic, {})))
-        return dict(sorted(topics.items()))
+        """Topics from the registry, plus topics only seen as partition directories (Kafka-written).
+
+        Computed once per store object (a CLI invocation or a task) and refreshed by create/alter.
+        """
+        if self._topics is None:
+            registry = self._read_registry()
+            found: dict[str, list[PartitionLocation]] = {}
+            for location in self.partitions():
+                found.setdefault(location.topic_partition.topic, []).append(location)
+            topics = dict(registry)
+            for topic, locations in found.items():
+                if topic not in topics:
+                    count = max(loc.topic_partition.partition for loc in locations) + 1
+                    topics[topic] = TopicInfo(topic, count, _topic_id_on_disk(locations),
+                                              dict(INTERNAL_TOPIC_CONFIGS.get(topic, {})))
+            self._topics = dict(sorted(topics.items()))
+            self._configs = {}
+        return self._topics
 
     def topic(self, name: str) -> TopicInfo:
         topics = self.topics()
@@ -90,9 +98,12 @@ class LogStore:
         return topics[name]
 
     def log_config(self, topic: str) -> LogConfig:
-        info = self.topics().get(topic)
-        overrides = info.overrides if info else INTERNAL_TOPIC_CONFIGS.get(topic, {})
-        return LogConfig.resolve(self.broker, overrides)
+        topics = self.topics()
+        if topic not in self._configs:
+            info = topics.get(topic)
+            overrides = info.overrides if info else INTERNAL_TOPIC_CONFIGS.get(topic, {})
+            self._configs[topic] = LogConfig.resolve(self.broker, overrides)
+        return self._configs[topic]
 
     def create_topic(self, name: str, partitions: int, overrides: Mapping[str, str]) -> TopicInfo:
         validate_topic_name(name)
@@ -239,6 +250,7 @@ class LogStore:
         data = (json.dumps(doc, indent=2) + "\n").encode()
         for log_dir in self.log_dirs:
             checkpoint.atomic_write_bytes(log_dir / names.TOPIC_CONFIG_FILE, data)
+        self._invalidate()
 
     def _generation(self, log_dir: Path) -> int:
         path = log_dir / names.TOPIC_CONFIG_FILE
@@ -247,22 +259,29 @@ class LogStore:
         except (OSError, ValueError, KeyError, TypeError):
             return 0
 
-    def _topic_id_on_disk(self, topic: str) -> str:
-        for location in self.partitions(topic):
-            path = location.directory / names.PARTITION_METADATA
-            if path.exists():
-                try:
-                    return checkpoint.read_partition_metadata(path)
-                except checkpoint.CheckpointError:
-                    continue
-        return ""
+    def _invalidate(self) -> None:
+        self._topics = None
+        self._configs = {}
 
     @contextmanager
     def _admin_lock(self) -> Iterator[None]:
         with ExitStack() as stack:
             for log_dir in self.log_dirs:
                 stack.enter_context(log_dir_lock(log_dir))
+            self._invalidate()  # another process may have changed the registry before we got the lock
             yield
 
     def _dirs_text(self) -> str:
         return ", ".join(str(d) for d in self.log_dirs)
+
+
+def _topic_id_on_disk(locations: Sequence[PartitionLocation]) -> str:
+    """The topic id a Kafka broker wrote into ``partition.metadata`` ("" when none is readable)."""
+    for location in locations:
+        path = location.directory / names.PARTITION_METADATA
+        if path.exists():
+            try:
+                return checkpoint.read_partition_metadata(path)
+            except checkpoint.CheckpointError:
+                continue
+    return ""

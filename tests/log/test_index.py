@@ -321,8 +321,6 @@ def test_trim_drops_the_zero_tail(tmp_path: Path) -> None:
     assert time_entries(TimeIndex(path, 0)) == [(5, 1), (9, 4)]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an all-zero (Kafka-preallocated, never written) time index "
-                   "reads as one entry (timestamp 0, base offset) instead of none")
 def test_all_zero_preallocated_time_index_has_no_entries(tmp_path: Path) -> None:
     # The .timeindex of a Kafka active segment that has no entry yet: 873813 zero slots (cut short here).
     path = tmp_path / "00000000000000000500.timeindex"

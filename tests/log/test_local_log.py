@@ -42,7 +42,11 @@ def partition_dir(tmp_path: Path, name: str = "topic-0") -> Path:
     return d
 
 
-def one(value: bytes = b"test", ts: int = 1000, key: bytes | None = None) -> list[tuple[bytes | None, bytes, tuple[()], int]]:
+Appendable = list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]]
+
+
+def one(value: bytes = b"test", ts: int = 1000, key: bytes | None = None) -> Appendable:
+    """One record for ``append_records`` (one batch)."""
     return [(key, value, (), ts)]
 
 
@@ -184,8 +188,6 @@ def test_time_roll_by_wall_clock_without_timestamps(tmp_path: Path) -> None:
     assert len(log.segments) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LocalLog.roll(now_ms=...) creates the segment with the wall "
-                   "clock (_new_segment ignores now_ms), so created_ms and now_ms disagree")
 def test_wall_clock_roll_measures_from_the_roll_time(tmp_path: Path) -> None:
     log = LocalLog.open(partition_dir(tmp_path), config(segment_ms=3600))
     now = int(time.time() * 1000) + 3600 + 1
@@ -403,9 +405,6 @@ def test_torn_tail_truncated_after_a_clean_shutdown(tmp_path: Path) -> None:
         [(i, sum(map(len, raws[:i]))) for i in range(1, 4)], 0)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LogSegment.read_next_offset returns the last index entry's "
-                   "offset + 1 when no complete batch starts at/after that entry's position (the indexed "
-                   "batch is the torn one), so a read-only open reports a log end past the data")
 def test_read_only_open_of_torn_tail_behind_an_index_entry(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     cfg = config(index_interval_bytes=0)  # the index's last entry points at the batch that gets torn
@@ -418,9 +417,6 @@ def test_read_only_open_of_torn_tail_behind_an_index_entry(tmp_path: Path) -> No
     assert ro.log_end_offset == 4
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a zero-filled .log tail (Kafka preallocate=true crash) makes "
-                   "LocalLog.open raise CorruptRecordError from read_next_offset in _indexes_sane/__init__ "
-                   "instead of recovering (spec §11.5)")
 def test_zero_filled_log_tail_truncated_on_open(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     cfg = config()
@@ -434,10 +430,6 @@ def test_zero_filled_log_tail_truncated_on_open(tmp_path: Path) -> None:
     assert (d / "00000000000000000000.log").read_bytes() == b"".join(raws)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an emptied active .log is not recovered on open "
-                   "(_recover_unflushed skips it: read_next_offset() == recovery point; _indexes_sane does not "
-                   "check the time index), so its stale .timeindex survives and roll/close then raise "
-                   "InvalidOffsetError")
 def test_log_cut_to_empty_drops_its_stale_time_index(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     cfg = config()

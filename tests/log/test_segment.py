@@ -215,8 +215,6 @@ def test_truncate_full_resets_roll_state(tmp_path: Path) -> None:
     assert seg.read_next_offset() == 42
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LogSegment.truncate_to returns before resetting created_ms "
-                   "when the segment is already empty (Kafka resets it whenever the log is empty)")
 def test_truncate_empty_segment_resets_creation_time(tmp_path: Path) -> None:
     seg = segment(tmp_path, 0, created_ms=1000)
     seg.close()
@@ -505,8 +503,6 @@ def test_first_batch_timestamp(tmp_path: Path) -> None:
     assert segment(tmp_path, 40).first_batch_timestamp() == 1234  # loaded from the file
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LogSegment.first_batch_timestamp reads only the first 64 KiB, "
-                   "so a loaded segment whose first batch is larger reports MAX_LONG")
 def test_first_batch_timestamp_of_a_large_first_batch(tmp_path: Path) -> None:
     seg = segment(tmp_path, 0)
     seg.append(0, 4321, 0, fmt.build_batch([fmt.Record(0, 4321, b"k", b"x" * 100_000)]))

@@ -59,6 +59,7 @@ import numba
 import numpy as np
 from crc32c import crc32c as c_crc32c
 
+from kafkalog.errors import InvalidRecordError
 from kafkalog.format import compression, scan
 from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, Record, build_batch
 from kafkalog.format.compression import CompressionType
@@ -205,7 +206,7 @@ _RAW, _SLOW = -1, -2  # block kinds besides "compressed, this max size"
 
 
 @numba.njit(cache=True, nogil=True)
-def _list_blocks(src, sec_start, sec_end, codec, hc, blk_batch, blk_start, blk_len, blk_cap):  # type: ignore[no-untyped-def]
+def _list_blocks(src, sec_start, sec_end, codec, hc, blk_batch, blk_start, blk_len, blk_cap):
     """One row per block to produce: (batch, source start, length, max output or _RAW / _SLOW)."""
     nb = 0
     for b in range(len(sec_start)):
@@ -273,7 +274,10 @@ def decompress_sections_into_arena(arr: scan.U8, batches: scan.BatchColumns,
             starts[b], current = cursor, b
         block: bytes | memoryview = src[s:s + length]
         if cap == _SLOW:
-            block = compression.decompress(CompressionType(int(codec[b])), block)
+            try:
+                block = compression.decompress(CompressionType(int(codec[b])), block)
+            except (InvalidRecordError, ValueError):  # the existing path raises the exact error
+                return scan._decompress_sections(arr, batches, codec, "")
             length, cap = len(block), _RAW
         if cursor + max(cap, length) > capacity:
             capacity = max(2 * capacity, cursor + max(cap, length))
@@ -284,7 +288,10 @@ def decompress_sections_into_arena(arr: scan.U8, batches: scan.BatchColumns,
             out[cursor:cursor + length] = block
             cursor += length
         else:
-            cursor += decompress_into(block, out[cursor:cursor + cap])
+            try:
+                cursor += decompress_into(block, out[cursor:cursor + cap])
+            except cramjam.DecompressionError:  # corrupt: the existing path raises the exact error
+                return scan._decompress_sections(arr, batches, codec, "")
     if current >= 0:
         ends[current] = cursor
     return arena[:cursor], starts, ends

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.format.compression import CompressionType
 from kafkalog.log.config import BrokerConfig, describe
-from kafkalog.log.snapshot import snapshot_log
+from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
 from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.journal import new_run_id
@@ -265,11 +265,13 @@ def cmd_retention(args: argparse.Namespace) -> int:
     now_ms = _now_ms(args)
     docs: list[dict[str, Any]] = []
     failures: list[str] = []
+    checkpoints = {d: LogDirCheckpoints.read(d) for d in store.log_dirs}
     for i, location in enumerate(targets := _retention_targets(args, store)):
         _progress(args, f"retention {args.action}: {i + 1}/{len(targets)} {location.topic_partition}")
         tp = location.topic_partition
         try:
-            snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic))
+            snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                                    checkpoints[location.log_dir], now_ms=now_ms)
             plan = plan_retention(snapshot, now_ms)
             doc = _plan_doc(plan)
             if args.action == "apply" and not plan.empty:

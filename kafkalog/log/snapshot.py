@@ -8,6 +8,7 @@ tail of the active segment for the log end offset. No segment data is decoded.
 from __future__ import annotations
 
 import os
+import stat as stat_module
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ from kafkalog.log.index import TimeIndex
 from kafkalog.log.segment import LogSegment
 
 _TIME_ENTRY = struct.Struct(">qi")
+_INDEX_ENTRY = struct.Struct(">ii")
+_ENVELOPE = struct.Struct(">qi")
+NOT_READ = -2  # max_timestamp_ms of a segment whose time index the snapshot did not need to read
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,8 @@ class SegmentSnapshot:
     @property
     def largest_timestamp_ms(self) -> int:
         """What time retention compares (``LogSegment.largestTimestamp``): the max timestamp, else mtime."""
+        if self.max_timestamp_ms == NOT_READ:
+            raise KafkaLogError(f"segment {self.base_offset}: time index not read by this snapshot")
         return self.max_timestamp_ms if self.max_timestamp_ms >= 0 else self.mtime_ms
 
     @property
@@ -57,6 +63,8 @@ class LogSnapshot:
 
     @property
     def size_bytes(self) -> int:
+        if any(s.size_bytes == NOT_READ for s in self.segments):
+            raise KafkaLogError(f"{self.topic}-{self.partition}: segment sizes not read by this snapshot")
         return sum(s.size_bytes for s in self.segments)
 
 
@@ -74,43 +82,56 @@ class LogDirCheckpoints:
 
 
 def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
-                 checkpoints: LogDirCheckpoints | None = None) -> LogSnapshot:
+                 checkpoints: LogDirCheckpoints | None = None, *, now_ms: int | None = None) -> LogSnapshot:
     """Snapshot one partition directory without changing it.
 
+    Without ``now_ms`` every segment is stat-ed and its time index's last entry read. With it, the
+    snapshot reads only what retention at ``now_ms`` can look at (retention scans every partition
+    every cycle, so this is its hot path): sizes of every segment only when ``retention.bytes`` is
+    set, and otherwise of the segments below the log start offset, the oldest segments up to and
+    including the first that has not expired (with their time-index tails), and the last segment.
+    Fields it did not read hold ``NOT_READ``; the retention planner never looks at them.
+
     The high watermark is the log end offset (kafkalog's durable end), capped by a Kafka broker's
-    ``replication-offset-checkpoint`` where one exists.
+    ``replication-offset-checkpoint`` where one exists, and never below the log start offset.
     """
     checkpoints = checkpoints if checkpoints is not None else LogDirCheckpoints.read(log_dir)
-    directory = log_dir / f"{topic}-{partition}"
-    logs: list[tuple[int, os.stat_result]] = []
-    time_index_sizes: dict[int, int] = {}
-    pending_delete = 0
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            parsed = names.parse_segment_file_name(entry.name)
-            if parsed is None:
-                continue
-            if parsed.state == names.DELETED_SUFFIX:
-                if entry.is_file(follow_symlinks=False):
-                    pending_delete += entry.stat(follow_symlinks=False).st_size
-            elif parsed.state:
-                continue  # .cleaned / .swap: in flight, not part of the log
-            elif parsed.suffix == names.LOG_SUFFIX:
-                logs.append((parsed.base_offset, entry.stat(follow_symlinks=False)))
-            elif parsed.suffix == names.TIME_INDEX_SUFFIX:
-                time_index_sizes[parsed.base_offset] = entry.stat(follow_symlinks=False).st_size
-    logs.sort(key=lambda item: item[0])
-    if not logs:
+    directory = os.path.join(log_dir, f"{topic}-{partition}")
+    bases: list[int] = []
+    deleted: list[str] = []
+    for name in os.listdir(directory):
+        # Fast path for the common names; anything unusual goes through the full parser.
+        if name.endswith(names.LOG_SUFFIX) and len(name) == 24 and name[:20].isdigit():
+            bases.append(int(name[:20]))
+        elif name.endswith(names.DELETED_SUFFIX) and names.parse_segment_file_name(name) is not None:
+            deleted.append(name)
+    if not bases:
         raise KafkaLogError(f"{directory}: no segment (.log file) found")
+    bases.sort()
     key = (topic, partition)
-    last_base = logs[-1][0]
-    log_end_offset = LogSegment(directory, last_base).read_next_offset()
+    log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), bases[0])
+    pending_delete = sum(_regular_file_size(os.path.join(directory, n)) for n in deleted)
+    last_stat = os.stat(os.path.join(directory, f"{bases[-1]:020d}{names.LOG_SUFFIX}"))
+    log_end_offset = _next_offset(directory, bases[-1], last_stat.st_size)
+    full = now_ms is None
+    time_cutoff = None
+    if not full and config.delete and config.retention_ms >= 0:
+        time_cutoff = now_ms - config.retention_ms  # type: ignore[operator]
+    all_sizes = full or (config.delete and config.retention_bytes >= 0)
     segments = []
-    for i, (base, stat) in enumerate(logs):
-        next_offset = logs[i + 1][0] if i + 1 < len(logs) else log_end_offset
-        max_ts = _last_time_index_timestamp(directory, base, time_index_sizes.get(base, 0))
-        segments.append(SegmentSnapshot(base, next_offset, stat.st_size, max_ts, int(stat.st_mtime * 1000)))
-    log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), logs[0][0])
+    walking = full or time_cutoff is not None
+    for i, base in enumerate(bases):
+        last = i + 1 == len(bases)
+        next_offset = log_end_offset if last else bases[i + 1]
+        size = mtime = max_ts = NOT_READ
+        if all_sizes or walking or last or next_offset <= log_start_offset:
+            stat = last_stat if last else os.stat(os.path.join(directory, f"{base:020d}{names.LOG_SUFFIX}"))
+            size, mtime = stat.st_size, int(stat.st_mtime * 1000)
+        if walking:
+            max_ts = _last_time_index_timestamp(directory, base)
+            largest = max_ts if max_ts >= 0 else mtime
+            walking = full or largest < time_cutoff  # type: ignore[operator]
+        segments.append(SegmentSnapshot(base, next_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
     high_watermark = max(log_start_offset,
                          min(log_end_offset, checkpoints.high_watermarks.get(key, log_end_offset)))
@@ -118,17 +139,64 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
                        high_watermark, pending_delete)
 
 
-def _last_time_index_timestamp(directory: Path, base_offset: int, size: int) -> int:
+def _regular_file_size(path: str) -> int:
+    info = os.lstat(path)
+    return info.st_size if stat_module.S_ISREG(info.st_mode) else 0
+
+
+def _read_tail(path: str, entry_size: int) -> tuple[bytes, int]:
+    """The last whole ``entry_size`` bytes of a file (b"" if none) and the file's length."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return b"", 0
+    try:
+        size = os.lseek(fd, 0, os.SEEK_END)
+        usable = size - size % entry_size
+        return (os.pread(fd, entry_size, usable - entry_size) if usable else b""), size
+    finally:
+        os.close(fd)
+
+
+def _last_time_index_timestamp(directory: str, base_offset: int) -> int:
     """The time index's last timestamp (-1 if none), reading only its last entry when possible."""
-    usable = size - size % _TIME_ENTRY.size
-    if usable <= 0:
+    path = os.path.join(directory, f"{base_offset:020d}{names.TIME_INDEX_SUFFIX}")
+    tail, size = _read_tail(path, _TIME_ENTRY.size)
+    if not tail:
         return -1
-    path = names.time_index_file(directory, base_offset)
-    with open(path, "rb") as f:
-        f.seek(usable - _TIME_ENTRY.size)
-        timestamp, relative_offset = _TIME_ENTRY.unpack(f.read(_TIME_ENTRY.size))
-    if relative_offset == 0 and usable > _TIME_ENTRY.size:
+    timestamp, relative_offset = _TIME_ENTRY.unpack(tail)
+    if relative_offset == 0 and size > _TIME_ENTRY.size:
         # A preallocated file from a running broker ends in zero slots: find the real last entry.
-        last, _ = TimeIndex(path, base_offset).last_entry()
+        last, _ = TimeIndex(Path(path), base_offset).last_entry()
         return last
     return int(timestamp)
+
+
+def _next_offset(directory: str, base_offset: int, log_size: int) -> int:
+    """The log end offset: frame the batches after the last offset-index entry of the last segment."""
+    if log_size == 0:
+        return base_offset
+    tail, size = _read_tail(os.path.join(directory, f"{base_offset:020d}{names.INDEX_SUFFIX}"), 8)
+    position = 0
+    if tail:
+        relative_offset, position = _INDEX_ENTRY.unpack(tail)
+        if relative_offset == 0 and size > 8:  # preallocated: use the real last entry
+            return LogSegment(Path(directory), base_offset).read_next_offset()
+        if position > log_size:
+            position = 0
+    with open(os.path.join(directory, f"{base_offset:020d}{names.LOG_SUFFIX}"), "rb") as f:
+        f.seek(position)
+        data = f.read()
+    next_offset, pos = base_offset, 0
+    while pos + 17 < len(data) + 0:
+        offset, length = _ENVELOPE.unpack_from(data, pos)
+        if length < 14 or pos + 12 + length > len(data):
+            break  # a torn or zero-filled tail ends the log
+        if data[pos + 16] >= 2 and length >= 49:
+            next_offset = offset + int.from_bytes(data[pos + 23:pos + 27], "big", signed=True) + 1
+        else:
+            next_offset = offset + 1
+        pos += 12 + length
+    if pos == 0 and position > 0:
+        return LogSegment(Path(directory), base_offset).read_next_offset()
+    return next_offset

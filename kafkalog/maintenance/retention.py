@@ -53,7 +53,8 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
             return RetentionReport(tp.topic, tp.partition, (), 0, False, before, before, ())
         config = store.log_config(tp.topic)
         fresh = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, config,
-                                            LogDirCheckpoints.read(location.log_dir)), plan.now_ms)
+                                            LogDirCheckpoints.read(location.log_dir), now_ms=plan.now_ms),
+                               plan.now_ms)
         todo = [s for s in fresh.segments if s.base_offset <= cut]
         rolled = False
         if todo and len(todo) == len(log.segments):

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from conftest import kafka_fixtures_root, run_cli, tree_digest
 
 from kafkalog.log import checkpoint

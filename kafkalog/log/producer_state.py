@@ -9,7 +9,7 @@ business and are not enforced here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kafkalog.format.batch import ControlType
 from kafkalog.log.producer_snapshot import ProducerSnapshotEntry
@@ -69,18 +69,22 @@ class ProducerState:
             if batch.is_transactional and txn_first < 0:
                 txn_first = batch.first_offset
             last_sequence = batch.last_sequence
-        entry = ProducerSnapshotEntry(
-            producer_id=batch.producer_id,
-            producer_epoch=batch.producer_epoch,
-            last_sequence=last_sequence,
-            last_offset=batch.last_offset,
-            offset_delta=batch.last_offset - batch.first_offset,
-            timestamp_ms=batch.max_timestamp,
-            coordinator_epoch=coordinator_epoch,
-            current_txn_first_offset=txn_first,
-        )
-        if previous is not None and batch.control_type is not None:
-            entry = replace(entry, offset_delta=previous.offset_delta)
+        if batch.control_type is not None:
+            # A marker changes the transaction state only; the last *data* batch (what the cleaner
+            # must keep for the producer, Kafka's lastDataOffset) stays as it was.
+            entry = ProducerSnapshotEntry(
+                producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                last_sequence=previous.last_sequence if previous else -1,
+                last_offset=previous.last_offset if previous else -1,
+                offset_delta=previous.offset_delta if previous else 0,
+                timestamp_ms=previous.timestamp_ms if previous else batch.max_timestamp,
+                coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first)
+        else:
+            entry = ProducerSnapshotEntry(
+                producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                last_sequence=last_sequence, last_offset=batch.last_offset,
+                offset_delta=batch.last_offset - batch.first_offset, timestamp_ms=batch.max_timestamp,
+                coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first)
         self.producers[batch.producer_id] = entry
         return aborted
 

@@ -32,6 +32,10 @@ class SegmentSnapshot:
     size_bytes: int
     max_timestamp_ms: int  # the time index's last entry, -1 when the index has none
     mtime_ms: int  # the .log file's modification time
+    # Read only by compaction snapshots (NOT_READ otherwise):
+    first_batch_timestamp_ms: int = -2  # the first batch's max timestamp; MAX_LONG when empty
+    offset_index_bytes: int = -2  # entries x 8 of the offset index (trimmed size)
+    time_index_bytes: int = -2  # entries x 12 of the time index
 
     @property
     def largest_timestamp_ms(self) -> int:
@@ -56,6 +60,10 @@ class LogSnapshot:
     log_end_offset: int
     high_watermark: int
     pending_delete_bytes: int
+    # Compaction snapshots only: min(first offset of an open transaction, high watermark), and the
+    # partition's cleaner-offset-checkpoint entry (None when it has none).
+    last_stable_offset: int = -2
+    cleaner_checkpoint: int | None = None
 
     @property
     def directory(self) -> Path:
@@ -200,3 +208,27 @@ def _next_offset(directory: str, base_offset: int, log_size: int) -> int:
     if pos == 0 and position > 0:
         return LogSegment(Path(directory), base_offset).read_next_offset()
     return next_offset
+
+
+def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: LogConfig,
+                            checkpoints: LogDirCheckpoints | None = None) -> LogSnapshot:
+    """A full snapshot plus what the cleaner manager needs: each segment's first batch timestamp and
+    index sizes, the last stable offset (open transactions hold it back) and the cleaner checkpoint."""
+    from kafkalog.log.local_log import LocalLog  # local: local_log imports this module's users
+
+    base = snapshot_log(log_dir, topic, partition, config, checkpoints)
+    directory = Path(base.directory)
+    segments = []
+    for s in base.segments:
+        segment = LogSegment(directory, s.base_offset)
+        segments.append(SegmentSnapshot(
+            s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp_ms, s.mtime_ms,
+            first_batch_timestamp_ms=segment.first_batch_timestamp(),
+            offset_index_bytes=len(segment.offset_index) * 8, time_index_bytes=len(segment.time_index) * 12))
+    log = LocalLog.open(directory, config, log_start_offset=base.log_start_offset, read_only=True)
+    first_unstable = log.producer_state().first_unstable_offset()
+    lso = base.high_watermark if first_unstable is None else min(first_unstable, base.high_watermark)
+    cleaner = checkpoint.read_offset_checkpoint(Path(log_dir) / names.CLEANER_OFFSET_CHECKPOINT)
+    return LogSnapshot(topic, partition, log_dir, config, tuple(segments), base.log_start_offset,
+                       base.log_end_offset, base.high_watermark, base.pending_delete_bytes,
+                       last_stable_offset=lso, cleaner_checkpoint=cleaner.get((topic, partition)))

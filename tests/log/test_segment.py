@@ -420,8 +420,10 @@ def test_recover_transaction_index(tmp_path: Path) -> None:
     assert seg.txn_index.entries() == [AbortedTxn(pid2, 102, 106, 100)]
     assert seg.txn_index.path.read_bytes() == AbortedTxn(pid2, 102, 106, 100).encode()
     assert state.ongoing_first_offsets() == []
-    assert state.producers[pid1].last_offset == 107
-    assert state.producers[pid2].last_offset == 106
+    # Markers do not move a producer's last data offset (Kafka's lastDataOffset; the cleaner keeps
+    # that batch), they only close the transaction.
+    assert state.producers[pid1].last_offset == 101
+    assert state.producers[pid2].last_offset == 103
 
     # Recover again, with pid2's transaction begun in an earlier segment (loaded producer state).
     state = ProducerState([ProducerSnapshotEntry(

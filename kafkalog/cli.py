@@ -350,6 +350,54 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    from kafkalog.maintenance.compact import compact
+
+    if args.partition is not None and args.topic is None:
+        raise KafkaLogError("--partition needs --topic")
+    store = _store(args)
+    if args.topic is not None:
+        store.topic(args.topic)  # a clear error for an unknown topic
+    now_ms = _now_ms(args)
+    run_id = new_run_id()
+    _progress(args, "compacting…")
+    report = compact(store, now_ms=now_ms, topic=args.topic, partition=args.partition, dry_run=args.dry_run,
+                     run_id=run_id)
+    _progress_done(args)
+    plan = report.plan
+    doc = {
+        "run_id": run_id, "now_ms": now_ms, "dry_run": args.dry_run,
+        "selected": [vars_of(c) for c in plan.selected] if plan else [],
+        "not_selected": [{"topic": n.topic, "partition": n.partition, "reason": str(n)}
+                         for n in (plan.not_selected if plan else ())],
+        "cleaned": [{"topic": r.topic, "partition": r.partition, "first_dirty_offset": r.first_dirty_offset,
+                     "end_offset": r.end_offset, "groups": r.groups, "stats": r.stats.to_dict()}
+                    for r in report.cleaned],
+        "errors": report.failures,
+    }
+    if args.json:
+        _emit_json(doc, sys.stdout)
+    else:
+        for r in report.cleaned:
+            s = r.stats
+            print(f"{r.topic}-{r.partition}: cleaned [{r.first_dirty_offset}, {r.end_offset}) "
+                  f"{s.bytes_read / 1e6:.1f} MB -> {s.bytes_written / 1e6:.1f} MB, {s.records_read} -> "
+                  f"{s.records_written} records, {s.tombstones_removed} tombstones and {s.aborted_records_removed} "
+                  f"aborted records removed, {s.mb_per_s:.1f} MB/s, {s.recopy_percent:.1f}% recopied")
+        if args.dry_run and plan:
+            for c in plan.selected:
+                print(f"{c.topic}-{c.partition}: would clean [{c.first_dirty_offset}, {c.first_uncleanable_offset}) "
+                      f"dirty ratio {c.dirty_ratio:.3f}, {c.cleanable_bytes} cleanable bytes")
+        print(f"{len(report.cleaned)} partitions cleaned, {len(report.failures)} failed")
+        for failure in report.failures:
+            print(f"kafkalog: error: {failure['topic']}-{failure['partition']}: {failure['error']}", file=sys.stderr)
+    return 1 if report.failures else 0
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__} if hasattr(obj, "__slots__") else dict(vars(obj))
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from kafkalog.tools.demo import run_demo
 
@@ -447,6 +495,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--now-ms", type=int)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("compact", parents=[common], help="compact logs in this process (the cleaner)")
+    p.add_argument("--topic")
+    p.add_argument("--partition", type=int)
+    p.add_argument("--now-ms", type=int)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser("demo", help="write a sample log dir with every codec, dump and verify it")
     p.add_argument("--dir", default="demo-logs")

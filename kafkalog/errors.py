@@ -58,3 +58,7 @@ class LogLockedError(KafkaLogError):
 
 class LogDirError(KafkaLogError):
     """A log directory is missing, unreadable, or unsafe (e.g. a symlink leading outside it)."""
+
+
+class CleanerError(KafkaLogError):
+    """Compaction of a partition failed or its output did not verify; nothing was swapped."""

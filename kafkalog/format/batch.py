@@ -297,11 +297,11 @@ def build_batch(
         attributes |= CONTROL_MASK
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_MASK
-    return _assemble(base, partition_leader_epoch, attributes, last - base, base_timestamp,
+    return assemble_batch(base, partition_leader_epoch, attributes, last - base, base_timestamp,
                      max_timestamp, producer_id, producer_epoch, base_sequence, len(records), body)
 
 
-def _assemble(
+def assemble_batch(
     base_offset: int, leader_epoch: int, attributes: int, last_offset_delta: int, base_timestamp: int,
     max_timestamp: int, producer_id: int, producer_epoch: int, base_sequence: int, count: int,
     body: bytes | bytearray,
@@ -318,7 +318,7 @@ def _assemble(
 def empty_header_batch(header: BatchHeader) -> bytes:
     """``writeEmptyHeader``: the 61-byte batch the cleaner keeps when it removed every record."""
     attributes = header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK)
-    return _assemble(header.base_offset, header.partition_leader_epoch, attributes,
+    return assemble_batch(header.base_offset, header.partition_leader_epoch, attributes,
                      header.last_offset_delta, NO_TIMESTAMP, header.max_timestamp, header.producer_id,
                      header.producer_epoch, header.base_sequence, 0, b"")
 

@@ -88,18 +88,28 @@ def compress(codec: CompressionType | int, data: Bytes, level: int | None = None
 
 def decompress(codec: CompressionType | int, data: Bytes, *, magic: int = 2) -> bytes:
     """Decompress a payload written with ``codec`` by any conforming writer."""
+    return b"".join(decompress_parts(codec, data, magic=magic))  # one part of exact bytes: no copy
+
+
+def decompress_parts(codec: CompressionType | int, data: Bytes, *, magic: int = 2) -> list[Bytes]:
+    """:func:`decompress`, as pieces whose concatenation is the payload (same checks, same errors).
+
+    For callers that copy the payload somewhere anyway (the bulk scan's arena): the pieces are the
+    decoders' own buffers, so the payload is not first copied into one ``bytes``. A piece may be a
+    view of ``data`` (codec none) and may be writable; it must not be modified.
+    """
     ctype = _check(codec, magic)
     view = memoryview(data).cast("B")
     try:
         if ctype is CompressionType.NONE:
-            return bytes(view)
+            return [view]
         if ctype is CompressionType.GZIP:
             return _gzip_decode(view)
         if ctype is CompressionType.SNAPPY:
             return _snappy_decode(view)
         if ctype is CompressionType.LZ4:
-            return _lz4_decode(view, magic)
-        return bytes(cramjam.zstd.decompress(view))
+            return [_lz4_decode(view, magic)]
+        return [memoryview(cramjam.zstd.decompress(view))]
     except (cramjam.DecompressionError, zlib.error) as exc:
         raise CompressionError(f"corrupt {ctype.name_kafka} data ({len(view)} bytes): {exc}") from exc
 
@@ -134,8 +144,8 @@ def _gzip_encode(data: memoryview, level: int) -> bytes:
     return _GZIP_HEADER + body + _GZIP_TRAILER.pack(zlib.crc32(data), len(data) & 0xFFFFFFFF)
 
 
-def _gzip_decode(data: memoryview) -> bytes:
-    parts = []
+def _gzip_decode(data: memoryview) -> list[Bytes]:
+    parts: list[Bytes] = []
     rest: Bytes = data
     while True:
         inflater = zlib.decompressobj(wbits=31)
@@ -145,7 +155,7 @@ def _gzip_decode(data: memoryview) -> bytes:
         rest = inflater.unused_data
         # GZIPInputStream reads concatenated members and silently ignores anything else after one.
         if rest[:3] != b"\x1f\x8b\x08":
-            return b"".join(parts)
+            return parts
 
 
 # --- snappy -----------------------------------------------------------------------------------------
@@ -165,12 +175,12 @@ def _snappy_encode(data: memoryview) -> bytes:
     return bytes(out)
 
 
-def _snappy_decode(data: memoryview) -> bytes:
+def _snappy_decode(data: memoryview) -> list[Bytes]:
     # snappy-java checks the whole 8-byte magic, not just 0x82: a raw block whose length varint
     # starts with 0x82 (1 in 128 raw payloads of >= 128 bytes) must still take the raw path.
     if len(data) < len(_XERIAL_HEADER) or data[:8] != _XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(data))
-    parts = []
+        return [memoryview(cramjam.snappy.decompress_raw(data))]
+    parts: list[Bytes] = []
     pos = len(_XERIAL_HEADER)
     # snappy-java stops quietly when fewer than 4 bytes remain for a chunk length.
     while pos + 4 <= len(data):
@@ -183,9 +193,9 @@ def _snappy_decode(data: memoryview) -> bytes:
             raise CompressionError(
                 f"snappy chunk at byte {pos - 4} claims {size} bytes but {len(data) - pos} remain"
             )
-        parts.append(cramjam.snappy.decompress_raw(data[pos : pos + size]))
+        parts.append(memoryview(cramjam.snappy.decompress_raw(data[pos : pos + size])))
         pos += size
-    return b"".join(parts)
+    return parts
 
 
 # --- lz4 --------------------------------------------------------------------------------------------
@@ -235,6 +245,19 @@ _LZ4_HEADER = _LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD, _lz4_hc(bytes((_LZ4_FLG, _L
 _LZ4_HEADER_V0 = _LZ4_HEADER[:6] + bytes((_lz4_hc(_LZ4_HEADER[:6]),))  # "broken" HC over magic too
 
 
+def lz4_plain_header_checksums() -> tuple[int, ...]:
+    """The HC byte of a plain frame header, ``04 22 4D 18 | FLG 60 | BD | HC``, for each BD block-size code.
+
+    Index: ``BD >> 4`` (0..7); -1 for the codes below 4, which are invalid. FLG ``60`` is the one Kafka
+    writes: version 1, independent blocks, no checksums, no content size. After such a header a frame
+    holds only ``uint32 LE size | data`` blocks (size high bit set = stored, at most ``1 << (2 * code + 8)``
+    bytes) up to a zero end mark, so a reader that walks the frame itself (the bulk scan lists the blocks
+    of a whole segment in compiled code) may do so for exactly this header and must leave any other frame
+    to :func:`decompress`, which also produces the errors.
+    """
+    return tuple(_lz4_hc(bytes((_LZ4_FLG, code << 4))) if code >= 4 else -1 for code in range(8))
+
+
 def _lz4_encode(data: memoryview, level: int, magic: int) -> bytes:
     header = _LZ4_HEADER_V0 if magic == 0 else _LZ4_HEADER
     if level != 9:
@@ -274,7 +297,7 @@ def _lz4_encode_hc(data: memoryview, level: int, header: bytes) -> bytes:
     return bytes(out)
 
 
-def _lz4_decode(frame: memoryview, magic: int) -> bytes:
+def _lz4_decode(frame: memoryview, magic: int) -> bytearray:
     size = len(frame)
     if frame[:4] != _LZ4_MAGIC:
         raise CompressionError(
@@ -327,7 +350,7 @@ def _lz4_decode(frame: memoryview, magic: int) -> bytes:
             raise CompressionError(f"lz4 frame of {size} bytes is truncated inside its content checksum")
     if flg & (_FLG_BLOCK_CHECKSUM | _FLG_CONTENT_CHECKSUM):
         _lz4_verify_checksums(frame, hc_pos, pos)
-    return bytes(out)  # like Kafka, bytes after the end mark are never read
+    return out  # like Kafka, bytes after the end mark are never read
 
 
 def _lz4_verify_checksums(frame: memoryview, hc_pos: int, end: int) -> None:

@@ -8,8 +8,13 @@ Kernels are compiled with ``cache=True``: a cold compile costs seconds per proce
 fraction of a second. ``NUMBA_CACHE_DIR`` must point at a writable directory where the package
 directory is not writable (Spark executors).
 
+Kernels take byte buffers only through :func:`as_array`, which always gives a read-only array: numba
+compiles and caches one specialisation per argument type, and a writable array (from a ``bytearray``
+or a fresh numpy array) is a different type from the read-only one ``np.frombuffer(bytes)`` gives.
+
 Positions in :class:`RecordColumns` index into ``RecordColumns.data``: the file buffer itself when
-every batch is uncompressed v2, otherwise an arena holding each batch's decompressed records section.
+every batch is uncompressed v2, otherwise an arena holding each batch's decompressed records section,
+one after the other in batch order.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import cramjam
 import numba
 import numpy as np
 import numpy.typing as npt
@@ -160,9 +166,12 @@ class BatchColumns:
 
 
 def as_array(buf: bytes | bytearray | memoryview | U8) -> U8:
-    if isinstance(buf, np.ndarray):
-        return buf
-    return np.frombuffer(buf, dtype=np.uint8)
+    """``buf`` as a read-only uint8 array, without a copy (see the module docstring for why read-only)."""
+    arr = buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr
 
 
 def scan_batches(buf: bytes | bytearray | memoryview | U8, start: int = 0, end: int | None = None,
@@ -189,27 +198,46 @@ def _be32_py(arr: U8, p: int) -> int:
     return int.from_bytes(bytes(arr[p:p + 4]), "big", signed=True)
 
 
+_VECTOR_CHECK_FROM = 8  # entries; below this the plain loop costs less than the numpy set-up
+
+
 def find_corrupt_batch(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
                        where: str = "") -> str | None:
     """Check magic, size and CRC of every entry; describe the first failure, or None."""
     view = memoryview(as_array(buf))  # type: ignore[arg-type]  # ndarray is a buffer
-    for i in range(len(batches)):
-        pos, size, magic = int(batches.position[i]), int(batches.size[i]), int(batches.magic[i])
-        offset = int(batches.base_offset[i])
-        if magic > 2 or magic < 0:
-            return f"{where}invalid magic {magic} in the entry at byte {pos} (offset {offset})"
-        if magic == 2:
-            if size < RECORD_BATCH_OVERHEAD:
-                return f"{where}batch at byte {pos} (offset {offset}) is {size} bytes, below the 61-byte header"
-            computed = crc32c(view[pos + 21:pos + size])
-        else:
-            overhead = 12 + (legacy.RECORD_OVERHEAD_V0 if magic == 0 else legacy.RECORD_OVERHEAD_V1)
-            if size < overhead:
-                return f"{where}legacy entry at byte {pos} (offset {offset}) is {size} bytes, too small"
-            computed = crc32(view[pos + 16:pos + size])
-        if computed != int(batches.crc[i]):
-            return (f"{where}record is corrupt at byte {pos} (offset {offset}): "
-                    f"stored crc = {int(batches.crc[i])}, computed crc = {computed}")
+    n = len(batches)
+    if n >= _VECTOR_CHECK_FROM and ((batches.magic == 2) & (batches.size >= RECORD_BATCH_OVERHEAD)).all():
+        # v2 batches of sane sizes, the usual segment: one C call per batch, all compared at once.
+        ends = (batches.position + batches.size).tolist()
+        computed = np.fromiter((crc32c(view[b:e]) for b, e in zip((batches.position + 21).tolist(), ends,
+                                                                   strict=True)), dtype=np.int64, count=n)
+        bad = np.flatnonzero(computed != batches.crc)
+        return _entry_problem(view, batches, int(bad[0]), where) if len(bad) else None
+    for i in range(n):
+        problem = _entry_problem(view, batches, i, where)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _entry_problem(view: memoryview, batches: BatchColumns, i: int, where: str) -> str | None:
+    """What is wrong with entry ``i``'s magic, size or CRC, or None."""
+    pos, size, magic = int(batches.position[i]), int(batches.size[i]), int(batches.magic[i])
+    offset = int(batches.base_offset[i])
+    if magic > 2 or magic < 0:
+        return f"{where}invalid magic {magic} in the entry at byte {pos} (offset {offset})"
+    if magic == 2:
+        if size < RECORD_BATCH_OVERHEAD:
+            return f"{where}batch at byte {pos} (offset {offset}) is {size} bytes, below the 61-byte header"
+        computed = crc32c(view[pos + 21:pos + size])
+    else:
+        overhead = 12 + (legacy.RECORD_OVERHEAD_V0 if magic == 0 else legacy.RECORD_OVERHEAD_V1)
+        if size < overhead:
+            return f"{where}legacy entry at byte {pos} (offset {offset}) is {size} bytes, too small"
+        computed = crc32(view[pos + 16:pos + size])
+    if computed != int(batches.crc[i]):
+        return (f"{where}record is corrupt at byte {pos} (offset {offset}): "
+                f"stored crc = {int(batches.crc[i])}, computed crc = {computed}")
     return None
 
 
@@ -397,7 +425,7 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
     out = np.empty((6, total), dtype=np.int64)
     out32 = np.empty((5, total), dtype=np.int32)
     log_append = (batches.attributes & TIMESTAMP_TYPE_MASK) != 0
-    err, b, p = _scan_records(data, sec_start, sec_end, counts, batches.base_offset,
+    err, b, p = _scan_records(as_array(data), sec_start, sec_end, counts, batches.base_offset,
                               batches.base_timestamp, log_append, batches.max_timestamp, out, out32)
     if err != _OK:
         raise InvalidRecordError(
@@ -411,29 +439,161 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
                          out32[3], out[5], out32[4])
 
 
+# Kinds of arena pieces (_list_pieces); a positive kind is an lz4 block of at most that many bytes.
+_STORED, _WHOLE = -1, -2  # bytes copied as they are; a whole section through compression.decompress_parts
+_LZ4_HC = np.array(compression.lz4_plain_header_checksums(), dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _list_pieces(src: U8, sec_start: I64, sec_end: I64, codec: I64, hc: I64, pieces: I64) -> int:
+    """List the pieces a compressed segment's arena is made of, in order; return how many there are.
+
+    Column ``i`` of ``pieces`` is (batch, start, length, kind) of the bytes ``src[start:start + length]``:
+    kind ``_STORED``, copied as they are (an uncompressed section, a stored lz4 block); kind ``_WHOLE``,
+    a whole section for ``compression.decompress_parts``; kind n > 0, an lz4 block that decompresses to
+    at most n bytes. Only Kafka's plain lz4 frames (``compression.lz4_plain_header_checksums``) are split
+    into blocks, and only when every block size is in bounds and the end mark is there: anything else
+    is _WHOLE, so that compression produces its errors. Every batch gets at least one piece. Only the
+    first ``pieces.shape[1]`` pieces are written; the caller reruns with room for all when there are more.
+    """
+    room = pieces.shape[1]
+    n = 0
+    for b in range(len(sec_start)):
+        p = sec_start[b]
+        end = sec_end[b]
+        first = n
+        if codec[b] == 0:
+            if n < room:
+                pieces[0, n], pieces[1, n], pieces[2, n], pieces[3, n] = b, p, end - p, _STORED
+            n += 1
+            continue
+        ok = (codec[b] == 3 and end - p >= 11 and src[p] == 0x04 and src[p + 1] == 0x22 and src[p + 2] == 0x4D
+              and src[p + 3] == 0x18 and src[p + 4] == 0x60)
+        bd = np.int64(src[p + 5]) if ok else np.int64(0)
+        if ok:
+            ok = (bd & 0x8F) == 0 and (bd >> 4) >= 4 and np.int64(src[p + 6]) == hc[bd >> 4]
+        if ok:
+            max_block = np.int64(1) << (2 * (bd >> 4) + 8)
+            q = p + 7
+            while True:
+                if q + 4 > end:
+                    ok = False
+                    break
+                word = (np.int64(src[q]) | (np.int64(src[q + 1]) << 8) | (np.int64(src[q + 2]) << 16)
+                        | (np.int64(src[q + 3]) << 24))
+                q += 4
+                if word == 0:  # the end mark; like Kafka, bytes after it are never read
+                    break
+                size = word & 0x7FFFFFFF
+                if size > max_block or q + size > end:
+                    ok = False
+                    break
+                if n < room:
+                    pieces[0, n], pieces[1, n], pieces[2, n] = b, q, size
+                    pieces[3, n] = _STORED if word & 0x80000000 else max_block
+                n += 1
+                q += size
+            if ok and n == first:  # a frame without blocks: one empty piece
+                if n < room:
+                    pieces[0, n], pieces[1, n], pieces[2, n], pieces[3, n] = b, q, 0, _STORED
+                n += 1
+        if not ok:
+            n = first
+            if n < room:
+                pieces[0, n], pieces[1, n], pieces[2, n], pieces[3, n] = b, p, end - p, _WHOLE
+            n += 1
+    return n
+
+
 def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
                          where: str) -> tuple[U8, I64, I64]:
-    """Build an arena of every batch's (decompressed) records section."""
-    view = memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
-    parts: list[bytes | memoryview] = []
-    section: bytes | memoryview
-    starts = np.empty(len(batches), dtype=np.int64)
-    ends = np.empty(len(batches), dtype=np.int64)
-    cursor = 0
-    for i in range(len(batches)):
-        pos, size = int(batches.position[i]), int(batches.size[i])
-        section = view[pos + RECORD_BATCH_OVERHEAD:pos + size]
-        kind = int(codec[i])
-        if kind:
+    """Build an arena of every batch's (decompressed) records section, one after the other.
+
+    liblz4 decompresses each block of Kafka's plain lz4 frames straight into the arena; uncompressed
+    sections and stored blocks are copied; any other section (other codecs, unusual lz4 frames) goes
+    through ``compression.decompress_parts`` and its pieces are copied in, so every payload byte is
+    copied at most once after decoding. Errors are compression's, for the first bad batch.
+    """
+    arr = as_array(arr)
+    n = len(batches)
+    sec_start = batches.position + RECORD_BATCH_OVERHEAD
+    sec_end = batches.position + batches.size
+    pieces = np.empty((4, 2 * n + 16), dtype=np.int64)  # room for a segment of batches of 1-2 blocks
+    count = _list_pieces(arr, sec_start, sec_end, codec, _LZ4_HC, pieces)
+    if count > pieces.shape[1]:
+        pieces = np.empty((4, count), dtype=np.int64)
+        _list_pieces(arr, sec_start, sec_end, codec, _LZ4_HC, pieces)
+    lengths, kinds = pieces[2, :count], pieces[3, :count]
+    src_total = int(lengths.sum())
+    stored = int(lengths[kinds == _STORED].sum())
+    # Kafka's lz4 and the other codecs rarely reach 3:1 on real records; the arena grows if they do.
+    arena = np.empty(stored + 3 * (src_total - stored) + (1 << 16), dtype=np.uint8)
+    out, src = memoryview(arena), memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    decompress_block_into = cramjam.lz4.decompress_block_into
+    cursor, src_done, current, skip = 0, 0, -1, -1
+    parts: list[bytes | bytearray | memoryview] = []
+    for b, start, length, kind in zip(*(row.tolist() for row in pieces[:, :count]), strict=True):
+        if b != current:
+            if current >= 0:
+                ends[current] = cursor
+            starts[b], current = cursor, b
+        elif b == skip:
+            continue
+        if kind == _WHOLE:
+            parts = _decompress_section(src, batches, b, codec, where)
+            need = sum(len(part) for part in parts)
+        else:
+            need = length if kind == _STORED else kind
+        if cursor + need > len(arena):
+            arena, out = _grown(arena, cursor, need, src_done, src_total)
+        src_done += length
+        if kind == _STORED:
+            out[cursor:cursor + length] = src[start:start + length]
+            cursor += length
+        elif kind == _WHOLE:
+            cursor = _put_parts(out, cursor, parts)
+        else:
             try:
-                section = compression.decompress(CompressionType(kind), section)
-            except (InvalidRecordError, ValueError) as exc:
-                raise InvalidRecordError(f"{where}batch at byte {pos}: {exc}") from exc
-        starts[i] = cursor
-        cursor += len(section)
-        ends[i] = cursor
-        parts.append(section)
-    return np.frombuffer(b"".join(parts), dtype=np.uint8), starts, ends
+                cursor += decompress_block_into(src[start:start + length], out[cursor:cursor + kind])
+            except cramjam.DecompressionError:
+                # The same liblz4 call fails in compression's lz4 reader, which raises the exact error.
+                parts = _decompress_section(src, batches, b, codec, where)
+                cursor = int(starts[b])
+                need = sum(len(part) for part in parts)
+                if cursor + need > len(arena):
+                    arena, out = _grown(arena, cursor, need, src_done, src_total)
+                cursor = _put_parts(out, cursor, parts)
+                skip = b  # the rest of this batch's blocks are in already
+    ends[current] = cursor
+    return as_array(arena[:cursor]), starts, ends
+
+
+def _decompress_section(src: memoryview, batches: BatchColumns, b: int, codec: I64,
+                        where: str) -> list[bytes | bytearray | memoryview]:
+    pos, size = int(batches.position[b]), int(batches.size[b])
+    try:
+        return compression.decompress_parts(CompressionType(int(codec[b])),
+                                            src[pos + RECORD_BATCH_OVERHEAD:pos + size])
+    except (InvalidRecordError, ValueError) as exc:
+        raise InvalidRecordError(f"{where}batch at byte {pos}: {exc}") from exc
+
+
+def _put_parts(out: memoryview, cursor: int, parts: list[bytes | bytearray | memoryview]) -> int:
+    for part in parts:
+        out[cursor:cursor + len(part)] = part
+        cursor += len(part)
+    return cursor
+
+
+def _grown(arena: U8, cursor: int, need: int, src_done: int, src_total: int) -> tuple[U8, memoryview]:
+    """A larger arena holding ``arena[:cursor]``: room for ``need`` more bytes and, at the ratio seen
+    so far, for the rest of the segment (at least 1.5 times the old size, so regrowing stays rare)."""
+    rest = (src_total - src_done) * max(cursor / max(src_done, 1), 1.0)
+    grown = np.empty(max(cursor + need + int(rest * 1.125), len(arena) * 3 // 2), dtype=np.uint8)
+    grown[:cursor] = arena[:cursor]
+    return grown, memoryview(grown)  # type: ignore[arg-type]  # ndarray is a buffer
 
 
 def _legacy_records(arr: U8, batches: BatchColumns, where: str) -> RecordColumns:

@@ -24,6 +24,7 @@ from kafkalog.errors import (
     CorruptRecordError,
     InvalidOffsetError,
     KafkaLogError,
+    LogLockedError,
     RecordBatchTooLargeError,
 )
 from kafkalog.format import batch as fmt
@@ -32,6 +33,7 @@ from kafkalog.format.scan import RecordColumns, find_corrupt_batch, scan_batches
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import LogConfig
 from kafkalog.log.index import MAX_INT
+from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files, visible_files
 from kafkalog.log.producer_snapshot import read_producer_snapshot, write_producer_snapshot
 from kafkalog.log.producer_state import ProducerState
@@ -93,8 +95,13 @@ class LocalLog:
         plan = plan_temp_files(directory)
         notes += plan.notes
         if not read_only and not plan.empty:
-            apply_temp_file_plan(plan)
-            plan = plan_temp_files(directory)
+            try:
+                # Leftovers of a crashed cleaner are resolved; a running cleaner's files are not.
+                with cleaner_lock(directory, timeout_s=0):
+                    apply_temp_file_plan(plan)
+                    plan = plan_temp_files(directory)
+            except LogLockedError:
+                notes.append("a cleaner is running: its in-flight files are left alone")
         view = visible_files(directory, plan)
         segments: list[LogSegment] = []
         recovered: list[int] = []

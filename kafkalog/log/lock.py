@@ -49,6 +49,12 @@ def partition_lock(partition_dir: Path, *, timeout_s: float = 30.0) -> AbstractC
     return file_lock(Path(partition_dir) / names.PARTITION_LOCK_FILE, timeout_s=timeout_s)
 
 
+def cleaner_lock(partition_dir: Path, *, timeout_s: float = 0.0) -> AbstractContextManager[None]:
+    """Held by a cleaner for as long as its ``.cleaned``/``.swap`` files are in flight; whoever opens
+    the partition for writing resolves such files (crash leftovers) only if it can take this lock."""
+    return file_lock(Path(partition_dir) / names.CLEANER_LOCK_FILE, timeout_s=timeout_s)
+
+
 def log_dir_lock(log_dir: Path, *, timeout_s: float = 30.0) -> AbstractContextManager[None]:
     """The lock serialising topic administration (create/alter) within one log dir."""
     return file_lock(Path(log_dir) / names.ADMIN_LOCK_FILE, timeout_s=timeout_s)

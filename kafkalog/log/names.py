@@ -51,7 +51,9 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 QUORUM_STATE = "quorum-state"  # KRaft __cluster_metadata only
 PARTITION_LOCK_FILE = ".kafkalog.lock"  # kafkalog's cross-process lock (never a Kafka name)
-PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE, PARTITION_LOCK_FILE})
+CLEANER_LOCK_FILE = ".kafkalog-cleaner.lock"  # held while a cleaner has .cleaned/.swap files in flight
+PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE, PARTITION_LOCK_FILE,
+                             CLEANER_LOCK_FILE})
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _SEGMENT_FILE = re.compile(r"^(?P<offset>\d{20})(?P<suffix>\.[a-z]+)(?P<state>\.(?:deleted|cleaned|swap))?$")

@@ -1,0 +1,194 @@
+"""Compiled kernels for compaction: exact-key hashing and comparison, and rebuilding v2 records.
+
+The cleaner's per-record work runs here, over the columns of :mod:`kafkalog.format.scan`:
+
+* ``hash_keys`` — a 64-bit hash of each key's bytes (FNV-1a folded through a splitmix finaliser).
+  Hashes only *group* keys; equality is always decided on the bytes (``group_collisions``), so the
+  key map is exact where Kafka's MD5 map treats colliding digests as one key.
+* ``rebuild_records`` — re-encode retained records against a new base timestamp: the timestamp
+  delta is rewritten, the offset delta, key, value and headers are copied byte for byte (the batch
+  keeps its base offset, so offset deltas stay valid).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+U8 = npt.NDArray[np.uint8]
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@numba.njit(cache=True, nogil=True)
+def hash_keys(data: U8, key_pos: I64, key_len: I32, rows: I64) -> U64:
+    """64-bit hash of the key of each row in ``rows`` (rows must have non-null keys)."""
+    out = np.empty(len(rows), dtype=np.uint64)
+    for i in range(len(rows)):
+        r = rows[i]
+        p = key_pos[r]
+        h = _FNV_OFFSET
+        for j in range(key_len[r]):
+            h = (h ^ np.uint64(data[p + j])) * _FNV_PRIME
+        # splitmix64 finaliser: spreads FNV's weak low bits before the hashes are sorted and probed
+        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out[i] = h ^ (h >> np.uint64(31))
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_keys(data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any]:
+    """Copy the keys of ``rows`` into one arena: (arena, start of each key)."""
+    starts = np.empty(len(rows) + 1, dtype=np.int64)
+    total = 0
+    for i in range(len(rows)):
+        starts[i] = total
+        total += key_len[rows[i]]
+    starts[len(rows)] = total
+    arena = np.empty(total, dtype=np.uint8)
+    for i in range(len(rows)):
+        r = rows[i]
+        arena[starts[i]:starts[i + 1]] = data[key_pos[r]:key_pos[r] + key_len[r]]
+    return arena, starts
+
+
+@numba.njit(cache=True, nogil=True)
+def group_collisions(arena: U8, starts: I64, order: I64, group_start: I64) -> npt.NDArray[np.bool_]:
+    """For each group of equal hashes (``order`` sorted by hash, groups from ``group_start``), whether
+    any member's key bytes differ from the first member's: a true hash collision."""
+    n_groups = len(group_start) - 1
+    collided = np.zeros(n_groups, dtype=np.bool_)
+    for g in range(n_groups):
+        first = order[group_start[g]]
+        a0, a1 = starts[first], starts[first + 1]
+        for k in range(group_start[g] + 1, group_start[g + 1]):
+            other = order[k]
+            b0, b1 = starts[other], starts[other + 1]
+            if b1 - b0 != a1 - a0:
+                collided[g] = True
+                break
+            for j in range(a1 - a0):
+                if arena[a0 + j] != arena[b0 + j]:
+                    collided[g] = True
+                    break
+            if collided[g]:
+                break
+    return collided
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _write_varlong(out: U8, p: int, value: int) -> int:
+    u = np.uint64((value << 1) ^ (value >> 63))
+    while u >= np.uint64(0x80):
+        out[p] = np.uint8((u & np.uint64(0x7F)) | np.uint64(0x80))
+        p += 1
+        u >>= np.uint64(7)
+    out[p] = np.uint8(u)
+    return p + 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _varlong_size(value: int) -> int:
+    u = np.uint64((value << 1) ^ (value >> 63))
+    size = 1
+    while u >= np.uint64(0x80):
+        u >>= np.uint64(7)
+        size += 1
+    return size
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _skip_varint(data: U8, p: int) -> int:
+    while data[p] >= 0x80:
+        p += 1
+    return p + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def rebuild_records(data: U8, record_pos: I64, record_size: I32, timestamps: I64, rows: I64,
+                    base_timestamp: int) -> U8:
+    """The records section holding ``rows`` re-encoded against ``base_timestamp``.
+
+    Each record: length varint | attributes | timestamp delta varlong | offset delta … headers. Only
+    the timestamp delta (and so the length) changes; the rest is copied.
+    """
+    rests = np.empty(len(rows), dtype=np.int64)
+    total = 0
+    for i in range(len(rows)):
+        r = rows[i]
+        start = record_pos[r]
+        p = _skip_varint(data, start) + 1  # length, attributes
+        rest = _skip_varint(data, p)  # end of the old timestamp delta
+        rests[i] = rest
+        body = 1 + _varlong_size(timestamps[r] - base_timestamp) + (start + record_size[r] - rest)
+        total += _varlong_size(body) + body
+    out = np.empty(total, dtype=np.uint8)
+    q = 0
+    for i in range(len(rows)):
+        r = rows[i]
+        rest = rests[i]
+        tail = record_pos[r] + record_size[r] - rest
+        delta = timestamps[r] - base_timestamp
+        body = 1 + _varlong_size(delta) + tail
+        q = _write_varlong(out, q, body)  # a varint of a non-negative int32 encodes like a varlong
+        out[q] = 0
+        q = _write_varlong(out, q + 1, delta)
+        out[q:q + tail] = data[rest:rest + tail]
+        q += tail
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def records_equal(a: U8, a_pos: I64, a_size: I32, a_rows: I64, b: U8, b_pos: I64, b_size: I32,
+                  b_rows: I64, a_skip: I64, b_skip: I64) -> int:
+    """Index of the first pair of rows whose record bytes differ after their timestamp delta
+    (``*_skip`` give where that part starts), or -1 when all are equal."""
+    for i in range(len(a_rows)):
+        ra, rb = a_rows[i], b_rows[i]
+        la = a_pos[ra] + a_size[ra] - a_skip[i]
+        lb = b_pos[rb] + b_size[rb] - b_skip[i]
+        if la != lb:
+            return i
+        for j in range(la):
+            if a[a_skip[i] + j] != b[b_skip[i] + j]:
+                return i
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def after_timestamp_delta(data: U8, record_pos: I64, rows: I64) -> I64:
+    """For each row, where its offset delta starts (just after the timestamp delta)."""
+    out = np.empty(len(rows), dtype=np.int64)
+    for i in range(len(rows)):
+        p = _skip_varint(data, record_pos[rows[i]]) + 1
+        out[i] = _skip_varint(data, p)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def keys_match(data: U8, key_pos: I64, key_len: I32, rows: I64, arena: U8, starts: I64,
+               slots: I64) -> npt.NDArray[np.bool_]:
+    """Whether each row's key bytes equal the arena key at its slot (hash matches are verified)."""
+    out = np.zeros(len(rows), dtype=np.bool_)
+    for i in range(len(rows)):
+        r = rows[i]
+        s = slots[i]
+        n = key_len[r]
+        if starts[s + 1] - starts[s] != n:
+            continue
+        p, q = key_pos[r], starts[s]
+        same = True
+        for j in range(n):
+            if data[p + j] != arena[q + j]:
+                same = False
+                break
+        out[i] = same
+    return out

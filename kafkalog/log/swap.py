@@ -1,0 +1,62 @@
+"""Replacing segments with cleaned ones, crash-safely (``LocalLog.replaceSegments``, spec §11.3).
+
+1. the new segments are complete, verified ``*.cleaned`` files;
+2. in *descending* base-offset order their files are renamed ``.cleaned → .swap``;
+3. the old segments' files (and producer snapshots of old bases no new segment reuses) are renamed
+   ``*.deleted``, oldest first, their mark time stamped as mtime (the sweep deletes them later);
+4. the new segments are renamed ``.swap → final``; the directory is fsynced.
+
+A crash before step 2 completes leaves ``.cleaned`` files: recovery deletes them and every ``.swap``
+at or above the lowest one (why step 2 runs in descending order) — the old segments stay. A crash
+after it leaves ``.swap`` files and no ``.cleaned``: recovery deletes the old files in the swapped
+range and promotes the swaps. Either way the log is wholly old or wholly new (``log/loader.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from kafkalog.log import names
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _segment_files(directory: Path, base: int, state: str) -> list[Path]:
+    prefix = names.offset_prefix(base)
+    return [directory / f"{prefix}{suffix}{state}" for suffix in names.SEGMENT_SUFFIXES]
+
+
+def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Sequence[int], *,
+                     mark_time_ms: int) -> list[Path]:
+    """Swap ``<base>.*.cleaned`` segments in for the ``old_bases`` segments; returns the marked files."""
+    for base in sorted(new_bases, reverse=True):
+        for path in _segment_files(directory, base, names.CLEANED_SUFFIX):
+            if path.exists():
+                path.replace(path.with_name(path.name[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX))
+    _fsync_dir(directory)
+    marked: list[Path] = []
+    mark_s = mark_time_ms / 1000
+    for base in sorted(old_bases):
+        files = _segment_files(directory, base, "")
+        if base not in new_bases:
+            files.append(names.snapshot_file(directory, base))
+        for path in files:
+            if path.exists():
+                os.utime(path, (mark_s, mark_s))
+                target = path.with_name(path.name + names.DELETED_SUFFIX)
+                path.replace(target)
+                marked.append(target)
+    for base in sorted(new_bases):
+        for path in _segment_files(directory, base, names.SWAP_SUFFIX):
+            if path.exists():
+                path.replace(path.with_name(path.name[: -len(names.SWAP_SUFFIX)]))
+    _fsync_dir(directory)
+    return marked

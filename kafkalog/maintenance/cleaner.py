@@ -1,0 +1,446 @@
+"""The log cleaner (``Cleaner.doClean``, spec §8.4–8.6): compact one partition's cleanable range.
+
+1. Build the exact key map over the dirty range ``[first_dirty, first_uncleanable)``: the latest
+   offset of every key, skipping aborted transactional data.
+2. Group every segment below the end of the mapped range by size (``groupSegmentsBySize``), so that
+   cleaned segments do not keep shrinking, and recopy each group into one ``.cleaned`` segment:
+   keep a record iff its offset is at or past its key's latest offset (tombstones and transaction
+   markers only until the delete horizon stamped into their batch has passed; aborted data and
+   unkeyed records never), keep each producer's last batch (as a 61-byte empty header if needed),
+   copy unchanged batches byte for byte and rebuild the others with the same base offset, last
+   offset delta and codec.
+3. Verify the ``.cleaned`` output against the records that had to survive, then swap it in under
+   the partition lock (``log/swap.py``); a crash at any point recovers to old or new.
+4. Write ``cleaner-offset-checkpoint`` and journal the round with Kafka-style statistics.
+
+Two clocks: ``now_ms`` (the cycle's clock, never ahead of the wall) decides which horizons have
+passed; the horizon *stamped* into a batch is ``wall clock + delete.retention.ms``, a grace period
+readers are promised whatever the cycle's date.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from kafkalog.errors import CleanerError, KafkaLogError
+from kafkalog.format import batch as fmt
+from kafkalog.format import compression
+from kafkalog.format.compression import CompressionType
+from kafkalog.format.rewrite import after_timestamp_delta, rebuild_records, records_equal
+from kafkalog.format.scan import BatchColumns, RecordColumns, find_corrupt_batch, scan_batches, scan_records
+from kafkalog.log import checkpoint, names
+from kafkalog.log.index import MAX_INT
+from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files
+from kafkalog.log.local_log import LocalLog
+from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
+from kafkalog.log.segment import LogSegment, SegmentSettings
+from kafkalog.log.store import LogStore, PartitionLocation
+from kafkalog.log.swap import replace_segments
+from kafkalog.log.txn_index import AbortedTxn
+from kafkalog.maintenance import journal
+from kafkalog.maintenance.key_map import KeyMap
+from kafkalog.maintenance.txn_tracker import TxnTracker
+
+I64 = npt.NDArray[np.int64]
+COPY, REBUILD, EMPTY, DROP = range(4)
+
+
+@dataclass
+class CleanerStats:
+    """What Kafka's cleaner logs after a round, plus what this implementation adds."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    batches_copied: int = 0
+    batches_rebuilt: int = 0
+    empty_batches_kept: int = 0
+    tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+    unkeyed_records_removed: int = 0
+    dirty_bytes: int = 0
+    map_records: int = 0
+    map_keys: int = 0
+    map_seconds: float = 0.0
+    clean_seconds: float = 0.0
+
+    @property
+    def recopy_percent(self) -> float:
+        """How much of what was read was clean data recopied (Kafka's "recopied" ratio)."""
+        return 100.0 * max(self.bytes_read - self.dirty_bytes, 0) / self.bytes_read if self.bytes_read else 0.0
+
+    @property
+    def mb_per_s(self) -> float:
+        elapsed = self.map_seconds + self.clean_seconds
+        return self.bytes_read / 1e6 / elapsed if elapsed else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        doc = asdict(self)
+        doc.update(recopy_percent=round(self.recopy_percent, 1), mb_per_s=round(self.mb_per_s, 1))
+        return doc
+
+
+@dataclass
+class CleanResult:
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    end_offset: int
+    groups: list[tuple[list[int], int]] = field(default_factory=list)  # (old bases, new base)
+    stats: CleanerStats = field(default_factory=CleanerStats)
+
+
+@dataclass(frozen=True)
+class _Clock:
+    now_ms: int  # decides whether a horizon has passed
+    horizon_ms: int  # stamped into batches that get one now: wall clock + delete.retention.ms
+
+
+def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_offset: int,
+                    first_uncleanable_offset: int, *, now_ms: int, wall_now_ms: int | None = None,
+                    run_id: str = "", lock_timeout_s: float = 30.0) -> CleanResult:
+    """Clean ``[first_dirty, first_uncleanable)`` of one partition; see the module docstring."""
+    tp = location.topic_partition
+    config = store.log_config(tp.topic)
+    wall = int(time.time() * 1000) if wall_now_ms is None else wall_now_ms
+    clock = _Clock(now_ms, wall + config.delete_retention_ms)
+    result = CleanResult(tp.topic, tp.partition, first_dirty_offset, first_dirty_offset)
+    with cleaner_lock(location.directory, timeout_s=0):
+        plan = plan_temp_files(location.directory)
+        if not plan.empty:  # a crashed cleaner's leftovers: resolve them as recovery would
+            with partition_lock(location.directory, timeout_s=lock_timeout_s):
+                apply_temp_file_plan(plan_temp_files(location.directory))
+        log = store.open_log(location, read_only=True)
+        if first_uncleanable_offset <= first_dirty_offset:
+            return result
+        segments = [s for s in log.segments[:-1]]  # never the active segment
+        aborted = [t for s in log.segments for t in s.txn_index.entries()]
+        started = time.perf_counter()
+        key_map = _build_key_map(segments, first_dirty_offset, first_uncleanable_offset, aborted, result.stats)
+        result.stats.map_seconds = time.perf_counter() - started
+        end_offset = key_map.latest_offset + 1
+        result.end_offset = end_offset
+        producers = {e.producer_id: (e.last_offset, e.producer_epoch)
+                     for e in log.producer_state().snapshot_entries()}
+        legacy_horizon = _legacy_delete_horizon(segments, first_dirty_offset, config.delete_retention_ms)
+        to_group = [s for s in segments if s.base_offset < end_offset]
+        started = time.perf_counter()
+        for group in group_segments_by_size(to_group, config.segment_bytes, config.segment_index_bytes,
+                                            first_uncleanable_offset, log.segments):
+            _clean_group(store, location, log, group, key_map, aborted, producers, first_uncleanable_offset,
+                         clock, legacy_horizon, result, run_id, lock_timeout_s)
+        result.stats.clean_seconds = time.perf_counter() - started
+        _write_cleaner_checkpoint(location, end_offset)
+        journal.append(location.log_dir, journal.JournalEntry(
+            run_id, wall, tp.topic, tp.partition, "compact", tuple(b for _, b in result.groups),
+            f"cleaned [{first_dirty_offset}, {end_offset})", result.stats.bytes_read - result.stats.bytes_written,
+            extra={"first_dirty_offset": first_dirty_offset, "end_offset": end_offset,
+                   "stats": result.stats.to_dict(), "groups": result.groups}))
+    return result
+
+
+# --- 1. the key map --------------------------------------------------------------------------------
+def _scan(segment: LogSegment) -> tuple[bytes, BatchColumns, RecordColumns]:
+    data = segment.read_bytes()
+    where = f"{segment.log_path}: "
+    batches = scan_batches(data, where=where)
+    corrupt = find_corrupt_batch(data, batches, where)
+    if corrupt is not None:
+        raise CleanerError(corrupt)
+    if batches.valid_end != len(data):
+        raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
+    return data, batches, scan_records(data, batches, where=where)
+
+
+def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, int | None]:
+    """Control type of each control batch (None when it holds no record)."""
+    out: dict[int, int | None] = {}
+    for control in np.flatnonzero(batches.attributes & fmt.CONTROL_MASK):
+        out[int(control)] = None
+    first_rows = np.flatnonzero(np.r_[True, records.batch_index[1:] != records.batch_index[:-1]]) \
+        if len(records) else np.empty(0, dtype=np.int64)
+    for row in first_rows:
+        b = int(records.batch_index[row])
+        if b in out:
+            try:
+                out[b] = fmt.parse_control_type(records.key(int(row)))
+            except KafkaLogError:
+                out[b] = -1
+    return out
+
+
+def _build_key_map(segments: Sequence[LogSegment], start: int, end: int, aborted: Sequence[AbortedTxn],
+                   stats: CleanerStats) -> KeyMap:
+    key_map = KeyMap()
+    tracker = TxnTracker(t for t in aborted if t.last_offset >= start and t.first_offset < end)
+    dirty = [s for i, s in enumerate(segments)
+             if s.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
+    for i, segment in enumerate(dirty):
+        data, batches, records = _scan(segment)
+        stats.dirty_bytes += len(data)
+        controls = _control_types(batches, records)
+        skip = np.zeros(len(batches), dtype=bool)
+        has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
+        for b in range(len(batches)) if has_txn else ():
+            if b in controls:
+                tracker.on_control_batch_read(int(batches.producer_id[b]), int(batches.last_offset[b]), controls[b])
+                skip[b] = True
+            else:
+                skip[b] = tracker.on_batch_read(int(batches.producer_id[b]),
+                                                bool(batches.attributes[b] & fmt.TRANSACTIONAL_MASK),
+                                                int(batches.last_offset[b]))
+        if not has_txn:
+            skip = (batches.attributes & fmt.CONTROL_MASK) != 0
+        rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
+                              & ~skip[records.batch_index])
+        key_map.add(records, rows)
+        next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+        key_map.update_latest_offset(min(next_start, end) - 1)
+    if not dirty:
+        key_map.update_latest_offset(end - 1)
+    stats.map_records = key_map.records
+    key_map.freeze()
+    stats.map_keys = len(key_map)
+    return key_map
+
+
+def _legacy_delete_horizon(segments: Sequence[LogSegment], first_dirty: int, delete_retention_ms: int) -> int:
+    before = [s for s in segments if s.base_offset < first_dirty]
+    return before[-1].last_modified_ms() - delete_retention_ms if before else 0
+
+
+# --- 2. grouping -----------------------------------------------------------------------------------
+def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int, all_segments: Sequence[LogSegment]) -> list[list[LogSegment]]:
+    """Kafka's greedy ``groupSegmentsBySize`` over segments in offset order."""
+    bases = [s.base_offset for s in all_segments]
+
+    def last_offset_estimate(segment: LogSegment) -> int:
+        i = bases.index(segment.base_offset)
+        return (bases[i + 1] if i + 1 < len(bases) and segment is not segments[-1] else first_uncleanable_offset) - 1
+
+    groups: list[list[LogSegment]] = []
+    rest = list(segments)
+    while rest:
+        group = [rest.pop(0)]
+        log_bytes = group[0].size
+        offset_index_bytes = len(group[0].offset_index) * 8
+        time_index_bytes = len(group[0].time_index) * 12
+        while rest:
+            s = rest[0]
+            fits = (log_bytes + s.size <= max_size
+                    and offset_index_bytes + len(s.offset_index) * 8 <= max_index_size
+                    and time_index_bytes + len(s.time_index) * 12 <= max_index_size
+                    and (s.size == 0 or last_offset_estimate(s) - group[-1].base_offset <= MAX_INT))
+            if not fits:
+                break
+            group.append(rest.pop(0))
+            log_bytes += s.size
+            offset_index_bytes += len(s.offset_index) * 8
+            time_index_bytes += len(s.time_index) * 12
+        groups.append(group)
+    return groups
+
+
+# --- 3. cleaning a group ---------------------------------------------------------------------------
+def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, group: list[LogSegment],
+                 key_map: KeyMap, aborted: Sequence[AbortedTxn], producers: dict[int, tuple[int, int]],
+                 upper_bound: int, clock: _Clock, legacy_horizon: int, result: CleanResult, run_id: str,
+                 lock_timeout_s: float) -> None:
+    directory = location.directory
+    base = group[0].base_offset
+    fingerprint = [_fingerprint(s) for s in group]
+    tracker = TxnTracker()
+    bases = [s.base_offset for s in log.segments]
+    parts: list[bytes] = []
+    for segment in group:
+        i = bases.index(segment.base_offset)
+        upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+        tracker.add_aborted(t for t in aborted if t.last_offset >= segment.base_offset and t.first_offset < upper)
+        retain_legacy = segment.last_modified_ms() > legacy_horizon
+        parts.append(_clean_segment(segment, key_map, tracker, producers, upper_bound, clock, retain_legacy,
+                                    result.stats))
+    cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
+                                                          log.config.segment_index_bytes), suffix=names.CLEANED_SUFFIX)
+    try:
+        cleaned.delete_files()
+        with open(cleaned.log_path, "wb") as f:
+            for part in parts:
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        if cleaned.recover() != 0:
+            raise CleanerError(f"{cleaned.log_path}: cleaned output failed its CRC/size checks")
+        cleaned.txn_index.reset()
+        for txn in tracker.cleaned_index_entries:
+            cleaned.txn_index.append(txn)
+        cleaned.close()
+        cleaned.flush()
+        mtime = group[-1].log_path.stat().st_mtime
+        for path in cleaned.files():
+            if path.exists():
+                os.utime(path, (mtime, mtime))
+        with partition_lock(directory, timeout_s=lock_timeout_s):
+            if [_fingerprint(s) for s in group] != fingerprint:
+                raise CleanerError(f"{directory}: segments {[s.base_offset for s in group]} changed while being "
+                                   "cleaned; nothing swapped (the next cycle retries)")
+            replace_segments(directory, [base], [s.base_offset for s in group],
+                             mark_time_ms=int(time.time() * 1000))
+    except BaseException:
+        cleaned.delete_files()
+        raise
+    result.groups.append(([s.base_offset for s in group], base))
+
+
+def _fingerprint(segment: LogSegment) -> tuple[int, int, int]:
+    info = segment.log_path.stat()
+    return segment.base_offset, info.st_size, info.st_mtime_ns
+
+
+def _clean_segment(segment: LogSegment, key_map: KeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
+                   upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats) -> bytes:
+    """``cleanInto`` for one source segment: the bytes of its retained batches, verified."""
+    data, batches, records = _scan(segment)
+    n = len(batches)
+    stats.bytes_read += len(data)
+    stats.records_read += len(records)
+    controls = _control_types(batches, records)
+    is_control = (batches.attributes & fmt.CONTROL_MASK) != 0
+    has_horizon = (batches.magic >= 2) & ((batches.attributes & fmt.DELETE_HORIZON_MASK) != 0)
+    next_offset = batches.last_offset + 1
+    can_discard = np.zeros(n, dtype=bool)
+    discard_records = np.zeros(n, dtype=bool)
+    retain_empty = next_offset == upper_bound
+    if (batches.producer_id >= 0).any() or is_control.any():
+        for b in range(n):
+            pid, last = int(batches.producer_id[b]), int(batches.last_offset[b])
+            if is_control[b]:
+                can_discard[b] = tracker.on_control_batch_read(pid, last, controls.get(b))
+                discard_records[b] = (can_discard[b] and bool(has_horizon[b])
+                                      and int(batches.base_timestamp[b]) <= clock.now_ms)
+            else:
+                can_discard[b] = tracker.on_batch_read(pid, bool(batches.attributes[b] & fmt.TRANSACTIONAL_MASK), last)
+                discard_records[b] = can_discard[b]
+            if pid >= 0 and pid in producers:
+                last_data_offset, epoch = producers[pid]
+                if (last == last_data_offset) if last_data_offset >= 0 else \
+                        (bool(is_control[b]) and int(batches.producer_epoch[b]) == epoch):
+                    retain_empty[b] = True
+    # Record decisions, vectorised (shouldRetainRecord).
+    b_of = records.batch_index
+    has_key = records.key_len >= 0
+    latest = np.full(len(records), -1, dtype=np.int64)
+    keyed = np.flatnonzero(has_key)
+    latest[keyed] = key_map.lookup(records, keyed)
+    retain_deletes = np.where(batches.magic >= 2, ~has_horizon | (clock.now_ms < batches.base_timestamp), retain_legacy)
+    beyond = records.offset > key_map.latest_offset
+    by_key = has_key & (records.offset >= latest) & ((records.value_len >= 0) | retain_deletes[b_of])
+    keep = ~discard_records[b_of] & (is_control[b_of] | beyond | by_key)
+    dropped_data = ~keep & ~discard_records[b_of] & ~is_control[b_of]
+    stats.aborted_records_removed += int((~keep & discard_records[b_of] & ~is_control[b_of]).sum())
+    stats.unkeyed_records_removed += int((dropped_data & ~has_key).sum())
+    stats.tombstones_removed += int((dropped_data & has_key & (records.offset >= latest)).sum())
+    retained = np.bincount(b_of[keep], minlength=n) if len(records) else np.zeros(n, dtype=np.int64)
+    counts = np.bincount(b_of, minlength=n) if len(records) else np.zeros(n, dtype=np.int64)
+    tombstone_kept = np.bincount(b_of[keep & has_key & (records.value_len < 0)], minlength=n) > 0 \
+        if len(records) else np.zeros(n, dtype=bool)
+    needs_horizon = (batches.magic >= 2) & (tombstone_kept | (can_discard & is_control)) & ~has_horizon
+    action = np.where(retained > 0, np.where((retained == counts) & ~needs_horizon, COPY, REBUILD),
+                      np.where(retain_empty & (batches.magic >= 2), EMPTY, DROP))
+    row_start = np.searchsorted(b_of, np.arange(n + 1)) if len(records) else np.zeros(n + 1, dtype=np.int64)
+    out = _assemble(data, batches, records, keep, action, row_start, needs_horizon, clock, stats)
+    _verify(segment, out, records, keep, batches, action)
+    stats.bytes_written += len(out)
+    stats.records_written += int(keep.sum())
+    return out
+
+
+def _assemble(data: bytes, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],
+              action: I64, row_start: I64, needs_horizon: npt.NDArray[np.bool_], clock: _Clock,
+              stats: CleanerStats) -> bytes:
+    out = bytearray()
+    view = memoryview(data)
+    run_start = -1  # coalesce consecutive copied batches into one slice
+    for b in range(len(batches)):
+        kind = int(action[b])
+        pos, size = int(batches.position[b]), int(batches.size[b])
+        if kind == COPY:
+            stats.batches_copied += 1
+            if run_start < 0:
+                run_start = pos
+            continue
+        if run_start >= 0:
+            out += view[run_start:pos]
+            run_start = -1
+        if kind == DROP:
+            continue
+        header = fmt.parse_header(view, pos)
+        if kind == EMPTY:
+            stats.empty_batches_kept += 1
+            out += fmt.empty_header_batch(header)
+            continue
+        if header.magic < 2:
+            raise CleanerError(f"legacy (magic {header.magic}) entry at byte {pos} keeps only some of its "
+                               "records; rebuilding legacy wrappers is not supported")
+        stats.batches_rebuilt += 1
+        s, e = int(row_start[b]), int(row_start[b + 1])
+        rows = (np.flatnonzero(keep[s:e]) + s).astype(np.int64)
+        horizon = clock.horizon_ms if needs_horizon[b] else header.delete_horizon_ms
+        base_timestamp = horizon if horizon is not None else int(records.timestamp[rows[0]])
+        body: bytes | npt.NDArray[np.uint8] = rebuild_records(records.data, records.record_pos, records.record_size,
+                                                               records.timestamp, rows, base_timestamp)
+        if header.compression is not CompressionType.NONE:
+            body = compression.compress(header.compression, bytes(body))
+        max_timestamp = header.max_timestamp if header.timestamp_type is fmt.TimestampType.LOG_APPEND_TIME \
+            else int(records.timestamp[rows].max())
+        attributes = header.attributes | (fmt.DELETE_HORIZON_MASK if horizon is not None else 0)
+        out += fmt.assemble_batch(header.base_offset, header.partition_leader_epoch, attributes,
+                                  header.last_offset_delta, base_timestamp, max_timestamp, header.producer_id,
+                                  header.producer_epoch, header.base_sequence, len(rows), bytes(body))
+    if run_start >= 0:
+        out += view[run_start:]
+    return bytes(out)
+
+
+def _verify(segment: LogSegment, out: bytes, records: RecordColumns, keep: npt.NDArray[np.bool_],
+            batches: BatchColumns, action: I64) -> None:
+    """The output holds exactly the records that had to survive, byte for byte, in valid batches."""
+    where = f"{segment.log_path} (cleaned): "
+    out_batches = scan_batches(out, where=where)
+    corrupt = find_corrupt_batch(out, out_batches, where)
+    if corrupt is not None or out_batches.valid_end != len(out):
+        raise CleanerError(corrupt or f"{where}trailing bytes in the cleaned output")
+    kept_batches = np.flatnonzero(action != DROP)
+    if not (np.array_equal(out_batches.base_offset, batches.base_offset[kept_batches])
+            and np.array_equal(out_batches.last_offset, batches.last_offset[kept_batches])):
+        raise CleanerError(f"{where}batch base/last offsets differ from the source batches")
+    out_records = scan_records(out, out_batches, where=where)
+    expected = np.flatnonzero(keep).astype(np.int64)
+    if not (np.array_equal(out_records.offset, records.offset[expected])
+            and np.array_equal(out_records.timestamp, records.timestamp[expected])):
+        raise CleanerError(f"{where}the retained records' offsets or timestamps differ from the source")
+    mine = np.arange(len(out_records), dtype=np.int64)
+    bad = records_equal(records.data, records.record_pos, records.record_size, expected, out_records.data,
+                        out_records.record_pos, out_records.record_size, mine,
+                        after_timestamp_delta(records.data, records.record_pos, expected),
+                        after_timestamp_delta(out_records.data, out_records.record_pos, mine))
+    if bad >= 0:
+        raise CleanerError(f"{where}record at offset {int(out_records.offset[bad])} differs from its source")
+
+
+# --- 4. checkpoint ---------------------------------------------------------------------------------
+def _write_cleaner_checkpoint(location: PartitionLocation, end_offset: int) -> None:
+    tp = location.topic_partition
+    path = Path(location.log_dir) / names.CLEANER_OFFSET_CHECKPOINT
+    with log_dir_lock(location.log_dir):
+        entries = checkpoint.read_offset_checkpoint(path)
+        entries[(tp.topic, tp.partition)] = end_offset
+        checkpoint.write_offset_checkpoint(path, entries)

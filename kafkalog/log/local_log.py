@@ -33,8 +33,8 @@ from kafkalog.format.scan import RecordColumns, find_corrupt_batch, scan_batches
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import LogConfig
 from kafkalog.log.index import MAX_INT
-from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files, visible_files
+from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.producer_snapshot import read_producer_snapshot, write_producer_snapshot
 from kafkalog.log.producer_state import ProducerState
 from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch

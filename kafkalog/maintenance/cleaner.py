@@ -371,7 +371,7 @@ def _assemble(data: bytes, batches: BatchColumns, records: RecordColumns, keep: 
     run_start = -1  # coalesce consecutive copied batches into one slice
     for b in range(len(batches)):
         kind = int(action[b])
-        pos, size = int(batches.position[b]), int(batches.size[b])
+        pos = int(batches.position[b])
         if kind == COPY:
             stats.batches_copied += 1
             if run_start < 0:

@@ -14,8 +14,6 @@ What each contestant does per run, on a ``bytes`` read into memory once (warm pa
 * kafka-python 3.0: the same loop with ``kafka.record.MemoryRecords``. At ~24 MB/s it decodes a
   batch-aligned prefix (the batches in the first ``--kafka-python-mb`` MB of the uncompressed
   segment, the same batches of the lz4 one) and is compared by rate.
-* prototype: kafkalog with two changes this file proposes for ``kafkalog/format/scan.py`` (see
-  "prototypes" below); reported beside kafkalog, never instead of it.
 
 Inputs are built with ``kafkalog.format.batch.build_batch`` and cached under ``benchmarks/.data/``
 (keyed by size, batch size and a data version); nothing is built or read inside a timed region. The
@@ -58,8 +56,7 @@ import numba
 import numpy as np
 from crc32c import crc32c as c_crc32c
 
-from kafkalog.errors import InvalidRecordError
-from kafkalog.format import compression, scan
+from kafkalog.format import scan
 from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, Record, build_batch
 from kafkalog.format.compression import CompressionType
 
@@ -71,7 +68,7 @@ VALUE_BYTES = 82  # with a 20 B key, 100-record batches come to ~111 B of log pe
 TIMESTAMP_0 = 1_700_000_000_000
 PRODUCER_ID = 4242
 
-KAFKALOG, PROTOTYPE = "kafkalog", "prototype"
+KAFKALOG = "kafkalog"
 AIOKAFKA_CRC, AIOKAFKA_NO_CRC, KAFKA_PYTHON = "aiokafka (+crc)", "aiokafka (no crc)", "kafka-python (+crc)"
 TARGETS = (  # (dataset, peer, kafkalog/peer needed)
     ("uncompressed", AIOKAFKA_CRC, 3.0),
@@ -184,167 +181,6 @@ def kafka_python_decode(data: bytes) -> int:
     return last
 
 
-# --- prototypes of two changes to kafkalog/format/scan.py ------------------------------------------------
-#
-# 1. find_corrupt_batch spends more time in its Python loop (five numpy-scalar int() conversions and a
-#    wrapper call per batch) than in CRC-32C itself. Vectorise the magic
-#    and size checks, make one C call per batch over plain lists, compare all CRCs in numpy, and only
-#    on a failure rerun the existing loop for its exact message.
-# 2. _decompress_sections decompresses each batch through compression.decompress (a Python block
-#    loop, a bytearray, then bytes(out)) and b"".join()s the pieces: two extra copies of the whole
-#    decompressed segment, each into freshly faulted memory, plus ~8 us of Python per batch. List
-#    every lz4 block of Kafka's plain frame layout in one numba pass, then let liblz4 decompress each
-#    block straight into one arena (cramjam.lz4.decompress_block_into). Other codecs and unusual
-#    frames (checksums, content size, bad sizes) take the existing compression.decompress path, which
-#    also produces the error messages. (A pure-numba LZ4 decoder was tried first: byte-wise copies
-#    cost ~5 ns each, ~2x slower than today's path; liblz4's 16-byte wild copies win.)
-
-_LZ4_HC = np.array([compression._lz4_hc(bytes((0x60, bd << 4))) if bd >= 4 else -1 for bd in range(8)],
-                   dtype=np.int64)  # header checksum byte of FLG 0x60 with each block-size code
-_RAW, _SLOW = -1, -2  # block kinds besides "compressed, this max size"
-
-
-@numba.njit(cache=True, nogil=True)
-def _list_blocks(src, sec_start, sec_end, codec, hc, blk_batch, blk_start, blk_len, blk_cap):
-    """One row per block to produce: (batch, source start, length, max output or _RAW / _SLOW)."""
-    nb = 0
-    for b in range(len(sec_start)):
-        p = sec_start[b]
-        end = sec_end[b]
-        first = nb
-        ok = codec[b] == 0
-        if ok:
-            blk_batch[nb], blk_start[nb], blk_len[nb], blk_cap[nb] = b, p, end - p, _RAW
-            nb += 1
-            continue
-        ok = (codec[b] == 3 and end - p >= 11 and src[p] == 0x04 and src[p + 1] == 0x22 and src[p + 2] == 0x4D
-              and src[p + 3] == 0x18 and src[p + 4] == 0x60)  # version 1, independent blocks, no extras
-        bd = np.int64(src[p + 5]) if ok else np.int64(0)
-        if ok:
-            ok = (bd & 0x8F) == 0 and (bd >> 4) >= 4 and np.int64(src[p + 6]) == hc[bd >> 4]
-        if ok:
-            max_block = np.int64(1) << (2 * (bd >> 4) + 8)
-            q = p + 7
-            while True:
-                if q + 4 > end:
-                    ok = False
-                    break
-                word = (np.int64(src[q]) | (np.int64(src[q + 1]) << 8) | (np.int64(src[q + 2]) << 16)
-                        | (np.int64(src[q + 3]) << 24))
-                q += 4
-                if word == 0:  # end mark; like Kafka, bytes after it are never read
-                    break
-                n = word & 0x7FFFFFFF
-                if n > max_block or q + n > end or nb >= len(blk_batch):
-                    ok = False
-                    break
-                blk_batch[nb], blk_start[nb], blk_len[nb] = b, q, n
-                blk_cap[nb] = _RAW if word & 0x80000000 else max_block
-                nb += 1
-                q += n
-        if not ok:
-            nb = first
-            blk_batch[nb], blk_start[nb], blk_len[nb], blk_cap[nb] = b, p, end - p, _SLOW
-            nb += 1
-    return nb
-
-
-def decompress_sections_into_arena(arr: scan.U8, batches: scan.BatchColumns,
-                                   codec: scan.I64) -> tuple[scan.U8, scan.I64, scan.I64]:
-    """Same result as ``scan._decompress_sections``: an arena of every batch's records section."""
-    n = len(batches)
-    sec_start = batches.position + RECORD_BATCH_OVERHEAD
-    sec_end = batches.position + batches.size
-    room = n + int((sec_end - sec_start).sum()) // 4 + 1  # a block takes at least 4 bytes
-    blk_batch, blk_start, blk_len, blk_cap = (np.empty(room, dtype=np.int64) for _ in range(4))
-    nb = _list_blocks(arr, sec_start, sec_end, codec, _LZ4_HC, blk_batch, blk_start, blk_len, blk_cap)
-    capacity = 3 * int(blk_len[:nb].sum()) + (1 << 16)  # grown below if data compressed better than 3:1
-    arena = np.empty(capacity, dtype=np.uint8)
-    out, src = memoryview(arena), memoryview(arr)
-    starts = np.zeros(n, dtype=np.int64)
-    ends = np.zeros(n, dtype=np.int64)
-    decompress_into = cramjam.lz4.decompress_block_into
-    cursor, current = 0, -1
-    for b, s, length, cap in zip(blk_batch[:nb].tolist(), blk_start[:nb].tolist(), blk_len[:nb].tolist(),
-                                 blk_cap[:nb].tolist(), strict=True):
-        if b != current:
-            if current >= 0:
-                ends[current] = cursor
-            starts[b], current = cursor, b
-        block: bytes | memoryview = src[s:s + length]
-        if cap == _SLOW:
-            try:
-                block = compression.decompress(CompressionType(int(codec[b])), block)
-            except (InvalidRecordError, ValueError):  # the existing path raises the exact error
-                return scan._decompress_sections(arr, batches, codec, "")
-            length, cap = len(block), _RAW
-        if cursor + max(cap, length) > capacity:
-            capacity = max(2 * capacity, cursor + max(cap, length))
-            grown = np.empty(capacity, dtype=np.uint8)
-            grown[:cursor] = arena[:cursor]
-            arena, out = grown, memoryview(grown)
-        if cap == _RAW:
-            out[cursor:cursor + length] = block
-            cursor += length
-        else:
-            try:
-                cursor += decompress_into(block, out[cursor:cursor + cap])
-            except cramjam.DecompressionError:  # corrupt: the existing path raises the exact error
-                return scan._decompress_sections(arr, batches, codec, "")
-    if current >= 0:
-        ends[current] = cursor
-    return arena[:cursor], starts, ends
-
-
-def find_corrupt_batch_vectorised(buf: bytes, batches: scan.BatchColumns) -> str | None:
-    """Same verdict and message as ``scan.find_corrupt_batch``."""
-    if len(batches) == 0:
-        return None
-    if ((batches.magic != 2) | (batches.size < RECORD_BATCH_OVERHEAD)).any():
-        return scan.find_corrupt_batch(buf, batches)  # legacy entries or a bad size: the existing loop
-    view = memoryview(scan.as_array(buf))
-    begins = (batches.position + 21).tolist()
-    ends = (batches.position + batches.size).tolist()
-    computed = np.fromiter((c_crc32c(view[b:e]) for b, e in zip(begins, ends, strict=True)), dtype=np.int64,
-                           count=len(begins))
-    if (computed != batches.crc).any():
-        return scan.find_corrupt_batch(buf, batches)  # the exact message for the first failure
-    return None
-
-
-def scan_records_prototype(buf: bytes, batches: scan.BatchColumns) -> scan.RecordColumns:
-    """``scan.scan_records`` for v2 segments with the arena decompression; any error -> the original."""
-    arr = scan.as_array(buf)
-    codec = batches.attributes & 0x07
-    if len(batches) == 0 or int(batches.magic.min()) < 2:
-        return scan.scan_records(buf, batches)
-    if codec.any():
-        data, sec_start, sec_end = decompress_sections_into_arena(arr, batches, codec)
-    else:
-        data, sec_start, sec_end = arr, batches.position + RECORD_BATCH_OVERHEAD, batches.position + batches.size
-    counts = batches.records_count
-    if (counts < 0).any() or (counts * 7 > (sec_end - sec_start)).any():
-        return scan.scan_records(buf, batches)
-    total = int(counts.sum())
-    out = np.empty((6, total), dtype=np.int64)
-    out32 = np.empty((5, total), dtype=np.int32)
-    log_append = (batches.attributes & TIMESTAMP_TYPE_MASK) != 0
-    err, _, _ = scan._scan_records(data, sec_start, sec_end, counts, batches.base_offset,
-                                   batches.base_timestamp, log_append, batches.max_timestamp, out, out32)
-    if err:
-        return scan.scan_records(buf, batches)
-    return scan.RecordColumns(data, out32[0], out[0], out[1], out[2], out32[1], out[3], out32[2], out[4],
-                              out32[3], out[5], out32[4])
-
-
-def prototype_decode(data: bytes) -> scan.RecordColumns:
-    batches = scan.scan_batches(data)
-    problem = find_corrupt_batch_vectorised(data, batches)
-    if problem is not None:
-        raise RuntimeError(problem)
-    return scan_records_prototype(data, batches)
-
-
 # --- timing ---------------------------------------------------------------------------------------------
 
 @dataclass
@@ -416,13 +252,30 @@ def prefix_batches(batches: scan.BatchColumns, limit_bytes: int) -> int:
 PHASES = (
     "scan_batches",
     "find_corrupt_batch (CRC of every batch)",
-    "  prototype: vectorised checks, one C call per batch",
     "decompress to arena (scan._decompress_sections)",
-    "  prototype: liblz4 blocks straight into one arena",
     "scan_records kernel, newly allocated output arrays",
     "  same kernel, output arrays reused (no new pages)",
     "limit: crc32c of the whole buffer in one call",
+    "limit: liblz4 alone, every block into one reused 64 KiB buffer",
 )
+
+
+def lz4_blocks(arr: scan.U8, batches: scan.BatchColumns, codec: scan.I64) -> list[memoryview]:
+    """Every compressed lz4 block of the segment, as scan lists them (stored blocks are left out)."""
+    pieces = np.empty((4, 2 * len(batches) + 16), dtype=np.int64)
+    count = scan._list_pieces(arr, batches.position + RECORD_BATCH_OVERHEAD, batches.position + batches.size,
+                              codec, scan._LZ4_HC, pieces)
+    if count > pieces.shape[1]:
+        raise RuntimeError(f"{count} lz4 blocks: more than the benchmark's segments have")
+    view = memoryview(arr)
+    return [view[start:start + length] for start, length, kind in zip(*pieces[1:, :count].tolist(), strict=True)
+            if kind > 0]
+
+
+def decompress_blocks(blocks: list[memoryview]) -> int:
+    scratch = bytearray(1 << 16)
+    decompress_into = cramjam.lz4.decompress_block_into
+    return sum(decompress_into(block, scratch) for block in blocks)
 
 
 def phase_breakdown(data: bytes, rounds: int) -> dict[str, float]:
@@ -446,6 +299,7 @@ def phase_breakdown(data: bytes, rounds: int) -> dict[str, float]:
         return arr, batches.position + RECORD_BATCH_OVERHEAD, batches.position + batches.size
 
     sections = decompress()
+    blocks = lz4_blocks(arr, batches, codec) if compressed else []
 
     def kernel(out: tuple[np.ndarray, np.ndarray] | None) -> None:
         o, o32 = out or (np.empty((6, total), dtype=np.int64), np.empty((5, total), dtype=np.int32))
@@ -455,12 +309,11 @@ def phase_breakdown(data: bytes, rounds: int) -> dict[str, float]:
     steps: list[Callable[[], object] | None] = [
         lambda: scan.scan_batches(data),
         lambda: scan.find_corrupt_batch(data, batches),
-        lambda: find_corrupt_batch_vectorised(data, batches),
         decompress if compressed else None,
-        (lambda: decompress_sections_into_arena(arr, batches, codec)) if compressed else None,
         lambda: kernel(None),
         lambda: kernel(reused),
         lambda: c_crc32c(data),
+        (lambda: decompress_blocks(blocks)) if compressed else None,
     ]
     for _ in range(rounds):
         for name, step in zip(PHASES, steps, strict=True):
@@ -526,13 +379,6 @@ def fairness_check(dataset: str, data: bytes, prefix: bytes, ours: scan.RecordCo
         problems.append(f"{dataset}/kafka-python: {len(kp['offset']):,} records in the prefix, "
                         f"kafkalog {prefix_count:,}")
     problems += check_same(f"{dataset}/kafka-python", ours, kp)
-    proto = prototype_decode(data)
-    for column in ("offset", "timestamp", "key_pos", "key_len", "value_pos", "value_len", "record_pos",
-                   "record_size", "batch_index"):
-        if not np.array_equal(getattr(proto, column), getattr(ours, column)):
-            problems.append(f"{dataset}/prototype: column {column} differs from kafkalog's")
-    if not np.array_equal(proto.data, ours.data):
-        problems.append(f"{dataset}/prototype: decompressed arena differs from kafkalog's")
     return problems
 
 
@@ -548,7 +394,7 @@ def print_report(contestants: list[Contestant], phases: dict[str, dict[str, floa
           f"({platform.machine()}), Python {platform.python_version()}, numpy {np.__version__}, "
           f"numba {numba.__version__}   command: {command}")
     kind = "cache load" if first_call < 1.0 else "longer than a cache load: probably a compile (cold cache)"
-    print(f"numba kernels' first call (one batch): {first_call * 1e3:,.0f} ms ({kind}); excluded below")
+    print(f"numba kernels' first call (one batch of each dataset): {first_call * 1e3:,.0f} ms ({kind}); excluded below")
     print(f"fresh memory: writing 256 MB of new numpy memory after a 3 s pause took {fresh[0] * 1e3:,.0f} ms "
           f"({256 / fresh[0]:,.0f} MB/s), right after that (best of 3) {fresh[1] * 1e3:,.0f} ms "
           f"({256 / fresh[1]:,.0f} MB/s); timed runs follow a warm-up run, so they see the second case")
@@ -564,17 +410,13 @@ def print_report(contestants: list[Contestant], phases: dict[str, dict[str, floa
               f"| {c.mb_per_s:,.0f} | {c.records_per_s / 1e6:.2f} M | {ratio} | {c.cpu_mb_per_s:,.0f} "
               f"| {cpu_ratio} |")
     print()
-    print("| target | needed | kafkalog | result | (by CPU time) | with the prototypes | result | (by CPU time) |")
-    print("|---|---:|---:|---|---:|---:|---|---:|")
+    print("| target | needed | kafkalog | result | (by CPU time) |")
+    print("|---|---:|---:|---|---:|")
     for dataset, peer, needed in TARGETS:
-        theirs = by_key[(dataset, peer)]
-        cells = []
-        for name in (KAFKALOG, PROTOTYPE):
-            ours = by_key[(dataset, name)]
-            ratio = ours.mb_per_s / theirs.mb_per_s
-            cells += [f"{ratio:.2f}x", "PASS" if ratio >= needed else "**FAIL**",
-                      f"{ours.cpu_mb_per_s / theirs.cpu_mb_per_s:.2f}x"]
-        print(f"| {dataset}: ÷ {peer} | >= {needed:g}x | " + " | ".join(cells) + " |")
+        theirs, ours = by_key[(dataset, peer)], by_key[(dataset, KAFKALOG)]
+        ratio = ours.mb_per_s / theirs.mb_per_s
+        print(f"| {dataset}: ÷ {peer} | >= {needed:g}x | {ratio:.2f}x | {'PASS' if ratio >= needed else '**FAIL**'} "
+              f"| {ours.cpu_mb_per_s / theirs.cpu_mb_per_s:.2f}x |")
     print()
     print("kafkalog phase by phase (median CPU time; MB/s of the segment file):")
     print("| phase | " + " | ".join(phases) + " |")
@@ -595,8 +437,6 @@ def print_report(contestants: list[Contestant], phases: dict[str, dict[str, floa
     print("- verdicts use wall-clock medians; the CPU-time columns count only this process's CPU seconds, "
           "so load from other processes on a shared machine barely moves them: when the two disagree, "
           "the machine was busy.")
-    print("- prototype = kafkalog with the two changes prototyped in benchmarks/bench_decode.py "
-          "(vectorised CRC check, lz4 decompressed by liblz4 straight into one arena).")
     if problems:
         print("\nFAIRNESS CHECK FAILED -- the figures above do not compare like with like:")
         for problem in problems:
@@ -629,11 +469,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # The first call of the numba kernels loads their cached machine code, or compiles it.
     started = time.perf_counter()
-    kafkalog_decode(first_batch(datasets["uncompressed"]))
-    first_call = time.perf_counter() - started
     for data in datasets.values():
         kafkalog_decode(first_batch(data))
-        prototype_decode(first_batch(data))
+    first_call = time.perf_counter() - started
 
     fresh = fresh_memory_probe()
     n_prefix = prefix_batches(scan.scan_batches(datasets["uncompressed"]), args.kafka_python_mb * MB)
@@ -651,7 +489,6 @@ def main(argv: list[str] | None = None) -> int:
                        args.repeat),
             Contestant(name, KAFKA_PYTHON, len(prefix), prefix_count, lambda p=prefix: kafka_python_decode(p), 3,
                        note=f", first {len(prefix) / MB:.1f} MB"),
-            Contestant(name, PROTOTYPE, len(data), count, lambda d=data: prototype_decode(d), args.repeat),
         ]
     print(f"timing {len(contestants)} contestants in {args.repeat} interleaved rounds "
           f"({', '.join(f'{n} {len(d) / MB:,.1f} MB' for n, d in datasets.items())}) ...", flush=True)

@@ -265,8 +265,8 @@ def _why_not(log: LogSnapshot, c: LogToClean) -> NotSelected:
     if c.first_dirty_offset >= active_base:
         return reason("active-segment", f"only the active segment (base {active_base}) is dirty, from offset "
                                         f"{c.first_dirty_offset}{overdue}")
-    return reason(c.limited_by, f"{c.limit_detail}; nothing from the first dirty offset {c.first_dirty_offset} "
-                                f"to it is cleanable{overdue}")
+    return reason(c.limited_by, f"{c.limit_detail}, so nothing from the first dirty offset "
+                                f"{c.first_dirty_offset} is cleanable{overdue}")
 
 
 def _key(log: LogSnapshot) -> tuple[str, int, str]:

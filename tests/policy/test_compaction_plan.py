@@ -24,7 +24,6 @@ from kafkalog.policy.compaction import (
     MAX_LONG,
     CheckpointReset,
     CompactionPlan,
-    LogToClean,
     NotSelected,
     cleanable_range,
     dirty_ratio,
@@ -275,7 +274,7 @@ MAXLAG = config(max_compaction_lag_ms=HOUR)
     pytest.param([-1, MAX_LONG, NOW], MAXLAG, 0, 0, id="all-filtered"),
     # segments before the one holding the first dirty offset are clean: not counted …
     pytest.param([NOW - 9 * HOUR, NOW - 2 * HOUR, NOW], MAXLAG, 10, HOUR, id="before-dirty"),
-    # … but the one holding it is (first dirty 15 in [10,20))
+    # … but the one holding it is (first dirty 5 in [0,10))
     pytest.param([NOW - 9 * HOUR, NOW - 2 * HOUR, NOW], MAXLAG, 5, 8 * HOUR, id="straddling"),
     # the active segment never is
     pytest.param([NOW, NOW, NOW - 9 * HOUR], MAXLAG, 0, 0, id="active-ignored"),
@@ -362,14 +361,14 @@ def test_ratio_must_be_strictly_above_min_cleanable_dirty_ratio(threshold, selec
     pytest.param([Seg(10, 100, T0), Seg(10, 100, NOW - 5), Seg(1, 10)], dict(checkpoint=10, cfg=LAGGED),
                  "min-compaction-lag",
                  f"segment 10 has newest timestamp {NOW - 5} (time-index), within min.compaction.lag.ms={LAG}; "
-                 f"cleanable from {NOW - 5 + LAG}; nothing from the first dirty offset 10 to it is cleanable",
+                 f"cleanable from {NOW - 5 + LAG}, so nothing from the first dirty offset 10 is cleanable",
                  id="min-lag"),
     pytest.param([Seg(10, 100), Seg(10, 100), Seg(1, 10)], dict(checkpoint=10, lso=12, hw=21),
-                 "open-transaction", "a transaction open since offset 12 holds the last stable offset there; "
-                 "nothing from the first dirty offset 10 to it is cleanable", id="open-transaction"),
+                 "open-transaction", "a transaction open since offset 12 holds the last stable offset there, so "
+                 "nothing from the first dirty offset 10 is cleanable", id="open-transaction"),
     pytest.param([Seg(10, 100), Seg(10, 100), Seg(1, 10)], dict(checkpoint=10, hw=15), "high-watermark",
-                 "the high watermark 15 (the last stable offset) bounds what is committed; nothing from the "
-                 "first dirty offset 10 to it is cleanable", id="high-watermark"),
+                 "the high watermark 15 (the last stable offset) bounds what is committed, so nothing from the "
+                 "first dirty offset 10 is cleanable", id="high-watermark"),
 ])
 def test_every_unselected_log_says_why(segs, kw, kind, detail) -> None:
     cfg = kw.pop("cfg", LOW_RATIO)
@@ -393,7 +392,7 @@ def test_single_active_segment_is_never_cleanable() -> None:
     ("delete", False), ("compact", True), ("compact,delete", True), ("Delete, COMPACT", True)])
 def test_only_compacted_logs_are_candidates(policy, candidate) -> None:
     # testLogsWithSegmentsToDeleteShouldNotConsider…Delete / …CompactDelete / …Compact
-    log = make_log(filthy(25), config(cleanup_policy=policy), checkpoint=20, log_start=0)
+    log = make_log(filthy(25), config(cleanup_policy=policy, min_cleanable_dirty_ratio=0.05), checkpoint=20)
     plan = select_logs_to_clean([log], NOW)
     assert bool(plan.selected) is candidate
     assert (reasons(plan) == {("t", 0): "policy"}) is not candidate
@@ -438,10 +437,10 @@ def test_ties_are_broken_by_topic_then_partition() -> None:
 
 
 def _budget_logs() -> list[LogSnapshot]:
-    """Cleanable 100, 200, 300 bytes at ratios 0.9 > 0.8 > 0.75, and one ineligible log."""
+    """Cleanable 100, 200, 300 bytes at ratios 0.90 > 0.80 > 0.75, and one ineligible log (ratio 0.01)."""
     def log(topic: str, clean: int, cleanable: int) -> LogSnapshot:
         return make_log([Seg(10, clean), Seg(10, cleanable), Seg(1, 10)], checkpoint=10, topic=topic)
-    return [log("c", 100, 300), log("a", 100 * 1 // 9, 100), log("b", 50, 200), log("d", 900, 10)]
+    return [log("c", 100, 300), log("a", 11, 100), log("b", 50, 200), log("d", 900, 10)]
 
 
 @pytest.mark.parametrize(("budget", "max_logs", "chosen", "left_out"), [
@@ -465,7 +464,8 @@ def test_byte_budget_and_max_logs(budget, max_logs, chosen, left_out) -> None:
 
 def test_budget_details_name_the_log_that_did_not_fit() -> None:
     plan = select_logs_to_clean(_budget_logs(), NOW, byte_budget=250)
-    assert not_selected(plan, "b").detail == "its 200 cleanable bytes would bring the cycle to 300, over byte_budget=250"
+    assert not_selected(plan, "b").detail == \
+        "its 200 cleanable bytes would bring the cycle to 300, over byte_budget=250"
     assert not_selected(plan, "c").detail.startswith("ranked after b-0, which did not fit (its 200 cleanable")
     assert not_selected(plan, "c").log == log_to_clean(_budget_logs()[0], NOW)
 
@@ -493,7 +493,7 @@ def snapshots(draw: st.DrawFn, *, checkpoint_within_active_base: bool = False) -
     stamps = st.one_of(st.just(-1), st.integers(NOW - 3 * HOUR, NOW + 1000))
     segs = [Seg(draw(st.integers(0 if i == n - 1 else 1, 8)), draw(st.integers(0, 400)), draw(stamps),
                 draw(st.integers(NOW - 3 * HOUR, NOW)), draw(st.sampled_from([MAX_LONG, -1, NOW - 2 * HOUR, NOW])))
-            for i in range(n)]
+            for i in range(n)]  # the last is the active segment, possibly empty
     base = draw(st.integers(0, 30))
     leo = base + sum(s.count for s in segs)
     active_base = leo - segs[-1].count
@@ -501,14 +501,13 @@ def snapshots(draw: st.DrawFn, *, checkpoint_within_active_base: bool = False) -
                  min_cleanable_dirty_ratio=draw(st.sampled_from([0, 0.1, 0.5, 0.9, 1])),
                  min_compaction_lag_ms=draw(st.sampled_from([0, HOUR])),
                  max_compaction_lag_ms=draw(st.sampled_from([HOUR, MAX_LONG])))
-    start = draw(st.integers(base, leo))
+    # checkpoint_within_active_base: the first dirty offset (checkpoint or log start) is at most the active base
+    top = active_base if checkpoint_within_active_base else leo
+    start = draw(st.integers(base, top))
     hw = draw(st.integers(start, leo))
     lso = draw(st.integers(start, hw))
-    top = active_base if checkpoint_within_active_base else leo + 5
-    checkpoint = draw(st.one_of(st.none(), st.integers(max(base - 5, 0), max(top, base))))
-    if checkpoint_within_active_base and (checkpoint or start) > active_base:
-        checkpoint, start = active_base, min(start, active_base)
-        hw, lso = max(hw, start), max(lso, start)
+    checkpoint = draw(st.one_of(st.none(), st.integers(max(base - 5, 0), top if checkpoint_within_active_base
+                                                       else leo + 5)))
     return make_log(segs, cfg, base=base, log_start=start, hw=hw, lso=lso, checkpoint=checkpoint,
                     topic=draw(st.sampled_from("xy")), partition=draw(st.integers(0, 3)))
 
@@ -534,7 +533,7 @@ def test_property_range_and_bytes(log: LogSnapshot) -> None:
     # [first dirty, aligned uncleanable)
     fd, fu = c.first_dirty_offset, c.first_uncleanable_offset
     assert c.clean_bytes == sum(s.size_bytes for s in log.segments if s.base_offset < fd)
-    assert c.cleanable_bytes == sum(s.size_bytes for s in log.segments[:-1]
+    assert c.cleanable_bytes == sum(s.size_bytes for s in log.segments
                                     if s.base_offset < fu and s.next_offset > min(fd, fu))
     assert c.needs_compaction_now is (c.max_compaction_delay_ms > 0)
     expected_reset = log.cleaner_checkpoint is not None and not (
@@ -566,7 +565,6 @@ def test_property_plan_accounts_for_every_log(logs: list[LogSnapshot], budget: i
         assert plan.cleanable_bytes <= budget
     for n in plan.not_selected:
         assert n.detail and (n.log is None) is (n.kind == "policy")
-        if n.log is not None and n.kind not in ("byte-budget", "max-logs"):
-            assert n.log.trigger is None
+        if n.log is not None:
+            assert (n.log.trigger is not None) is (n.kind in ("byte-budget", "max-logs"))
     assert {(r.topic, r.partition) for r in plan.checkpoint_resets} <= {(x.topic, x.partition) for x in logs}
-    assert all(isinstance(c, LogToClean) for c in plan.selected)

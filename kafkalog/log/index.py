@@ -103,6 +103,23 @@ class _Index:
         self.file_length = expected
         self.preallocated_bytes = 0
 
+    def write_entries(self, entries: list[tuple[int, int]]) -> None:
+        """Append many absolute-offset entries at once (a rebuild); callers guarantee their order."""
+        if not entries:
+            return
+        arr = self._encode(entries)
+        if len(self._entries) + len(arr) > self.max_entries + (1 if self.key == "timestamp" else 0):
+            raise CorruptIndexError(f"attempt to append {len(arr)} entries to {self.path}, beyond its capacity")
+        self.close()
+        self._trim_file()
+        with open(self.path, "ab") as f:
+            f.write(arr.tobytes())
+        self._entries = np.concatenate([self._entries, arr])
+        self.file_length = len(self._entries) * self.entry_size
+
+    def _encode(self, entries: list[tuple[int, int]]) -> npt.NDArray[np.void]:
+        raise NotImplementedError
+
     def truncate_to_entries(self, count: int) -> None:
         self.close()
         self._entries = self._entries[:count].copy()
@@ -161,6 +178,9 @@ class OffsetIndex(_Index):
     def entry(self, slot: int) -> tuple[int, int]:
         e = self._entries[slot]
         return self.base_offset + int(e["relative_offset"]), int(e["position"])
+
+    def _encode(self, entries: list[tuple[int, int]]) -> npt.NDArray[np.void]:
+        return np.array([(self._relative(o), p) for o, p in entries], dtype=self.dtype)
 
     def append(self, offset: int, position: int) -> None:
         if len(self._entries) and offset <= self.last_offset:
@@ -226,6 +246,9 @@ class TimeIndex(_Index):
     def entry(self, slot: int) -> tuple[int, int]:
         e = self._entries[slot]
         return int(e["timestamp"]), self.base_offset + int(e["relative_offset"])
+
+    def _encode(self, entries: list[tuple[int, int]]) -> npt.NDArray[np.void]:
+        return np.array([(t, self._relative(o)) for t, o in entries], dtype=self.dtype)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append only when the timestamp is strictly larger than the last entry's."""

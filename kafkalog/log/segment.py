@@ -218,20 +218,27 @@ class LogSegment:
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
         batches = scan_batches(data, 0, valid_bytes)
         last_index_entry = 0
-        for i in range(len(batches)):
-            position = int(batches.position[i])
-            last_offset = int(batches.last_offset[i])
-            max_ts = int(batches.max_timestamp[i])
-            if max_ts > self.max_timestamp_so_far:
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = max_ts, last_offset
+        offset_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        positions = batches.position.tolist()
+        last_offsets = batches.last_offset.tolist()
+        max_timestamps = batches.max_timestamp.tolist()
+        with_producer = set(np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist())
+        for i, position in enumerate(positions):
+            if max_timestamps[i] > self.max_timestamp_so_far:
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = max_timestamps[i], last_offsets[i]
             if position - last_index_entry > self.settings.index_interval_bytes:
-                self.offset_index.append(last_offset, position)
-                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+                offset_entries.append((last_offsets[i], position))
+                if not time_entries or self.max_timestamp_so_far > time_entries[-1][0]:
+                    time_entries.append((self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far))
                 last_index_entry = position
-            if int(batches.magic[i]) >= 2 and int(batches.producer_id[i]) >= 0:
+            if i in with_producer:
                 aborted = state.update(summarize_batch(data, batches, i))
                 if aborted is not None:
                     self.txn_index.append(aborted)
+        # The same entries Kafka's per-batch appends would make, written in one go.
+        self.offset_index.write_entries(offset_entries)
+        self.time_index.write_entries([e for e in time_entries if e[0] >= 0])
         truncated = len(data) - valid_bytes
         if truncated:
             os.truncate(self.log_path, valid_bytes)
@@ -290,12 +297,15 @@ def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:
         # A length field below 14 somewhere: find how far the good framing goes.
         end = _framed_prefix(data)
         batches = scan_batches(data, 0, end)
-    # ensureValid per batch, and relative offsets must fit.
+    # ensureValid per batch, and relative offsets must fit. The whole-segment check is one pass; only
+    # when it finds a problem are batches checked one by one to find the first bad one.
     arr = as_array(data)
+    relative = batches.last_offset - base_offset
+    if find_corrupt_batch(arr, batches, where) is None and ((relative >= 0) & (relative <= MAX_INT)).all():
+        return end
     for i in range(len(batches)):
-        single = _slice_columns(batches, i)
         relative_ok = 0 <= int(batches.last_offset[i]) - base_offset <= MAX_INT
-        if not relative_ok or find_corrupt_batch(arr, single, where) is not None:
+        if not relative_ok or find_corrupt_batch(arr, _slice_columns(batches, i), where) is not None:
             return int(batches.position[i])
         if int(batches.magic[i]) >= 2 and int(batches.size[i]) < fmt.RECORD_BATCH_OVERHEAD:
             return int(batches.position[i])
@@ -310,12 +320,6 @@ def _framed_prefix(data: bytes) -> int:
     except CorruptRecordError:
         pass
     return end
-
-
-def _slice_columns(batches: BatchColumns, i: int) -> BatchColumns:
-    fields = {name: getattr(batches, name)[i:i + 1] for name in BatchColumns.__dataclass_fields__
-              if name != "valid_end"}
-    return BatchColumns(**fields, valid_end=batches.valid_end)
 
 
 def summarize_batch(data: bytes | memoryview, batches: BatchColumns, i: int) -> BatchSummary:
@@ -347,3 +351,9 @@ def summarize_batch(data: bytes | memoryview, batches: BatchColumns, i: int) -> 
         control_type=control_type,
         coordinator_epoch=coordinator_epoch,
     )
+
+
+def _slice_columns(batches: BatchColumns, i: int) -> BatchColumns:
+    fields = {name: getattr(batches, name)[i:i + 1] for name in BatchColumns.__dataclass_fields__
+              if name != "valid_end"}
+    return BatchColumns(**fields, valid_end=batches.valid_end)

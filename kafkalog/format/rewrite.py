@@ -192,3 +192,96 @@ def keys_match(data: U8, key_pos: I64, key_len: I32, rows: I64, arena: U8, start
                 break
         out[i] = same
     return out
+
+
+# --- an open-addressing hash table over exact key bytes (the cleaner's key map) -------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def _hash_one(data: U8, p: int, n: int) -> Any:
+    h = _FNV_OFFSET
+    for j in range(n):
+        h = (h ^ np.uint64(data[p + j])) * _FNV_PRIME
+    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    h = h ^ (h >> np.uint64(31))
+    return h | np.uint64(1)  # 0 marks an empty slot
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _same_key(data: U8, p: int, n: int, arena: U8, q: int, m: int) -> bool:
+    if n != m:
+        return False
+    for j in range(n):
+        if data[p + j] != arena[q + j]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def table_put(t_hash: U64, t_offset: I64, t_kpos: I64, t_klen: I32, arena: U8, arena_used: int, data: U8,
+              key_pos: I64, key_len: I32, offsets: I64, rows: I64) -> tuple[int, int]:
+    """Insert or update key → offset for each row (later rows win); returns (new keys, arena used).
+
+    The caller guarantees room: a load factor below 0.7 after the inserts and arena space for every
+    key. Equality is on the key bytes; the hash only picks the probe sequence.
+    """
+    mask = len(t_hash) - 1
+    added = 0
+    for i in range(len(rows)):
+        r = rows[i]
+        p, n = key_pos[r], key_len[r]
+        h = _hash_one(data, p, n)
+        s = np.int64(h & np.uint64(mask))
+        while True:
+            if t_hash[s] == 0:
+                t_hash[s] = h
+                t_offset[s] = offsets[r]
+                t_kpos[s] = arena_used
+                t_klen[s] = n
+                for j in range(n):
+                    arena[arena_used + j] = data[p + j]
+                arena_used += n
+                added += 1
+                break
+            if t_hash[s] == h and _same_key(data, p, n, arena, t_kpos[s], t_klen[s]):
+                if offsets[r] > t_offset[s]:
+                    t_offset[s] = offsets[r]
+                break
+            s = (s + 1) & mask
+    return added, arena_used
+
+
+@numba.njit(cache=True, nogil=True)
+def table_get(t_hash: U64, t_offset: I64, t_kpos: I64, t_klen: I32, arena: U8, data: U8, key_pos: I64,
+              key_len: I32, rows: I64) -> I64:
+    """The offset stored for each row's key, -1 when the key is absent."""
+    mask = len(t_hash) - 1
+    out = np.full(len(rows), -1, dtype=np.int64)
+    for i in range(len(rows)):
+        r = rows[i]
+        p, n = key_pos[r], key_len[r]
+        h = _hash_one(data, p, n)
+        s = np.int64(h & np.uint64(mask))
+        while t_hash[s] != 0:
+            if t_hash[s] == h and _same_key(data, p, n, arena, t_kpos[s], t_klen[s]):
+                out[i] = t_offset[s]
+                break
+            s = (s + 1) & mask
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def table_rehash(t_hash: U64, t_offset: I64, t_kpos: I64, t_klen: I32, n_hash: U64, n_offset: I64,
+                 n_kpos: I64, n_klen: I32) -> None:
+    """Move every entry into the (larger, empty) new table."""
+    mask = len(n_hash) - 1
+    for s in range(len(t_hash)):
+        h = t_hash[s]
+        if h == 0:
+            continue
+        d = np.int64(h & np.uint64(mask))
+        while n_hash[d] != 0:
+            d = (d + 1) & mask
+        n_hash[d] = h
+        n_offset[d] = t_offset[s]
+        n_kpos[d] = t_kpos[s]
+        n_klen[d] = t_klen[s]

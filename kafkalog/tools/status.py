@@ -1,7 +1,7 @@
 """``kafkalog status``: one row per partition with the state of its log and why retention waits.
 
-The compaction columns (``first_dirty_offset``, ``dirty_ratio``, ``cleanable_bytes``) are filled by the
-cleaner manager once compaction lands; until then they are ``None``.
+For compacted logs the cleaner manager fills ``first_dirty_offset``, ``dirty_ratio`` and
+``cleanable_bytes`` and adds why it would not clean the log now; other logs leave them ``None``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from kafkalog.errors import KafkaLogError
-from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
+from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_for_compaction, snapshot_log
+from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
 from kafkalog.log.store import METADATA_TOPICS, LogStore
 from kafkalog.policy.retention import plan_retention
 
@@ -41,5 +42,17 @@ def status_rows(store: LogStore, now_ms: int) -> list[dict[str, Any]]:
         else:
             plan = plan_retention(snapshot, now_ms)
             row.update(deletable_bytes=plan.bytes, blocked_by=[str(b) for b in plan.blocked_by])
+            if config.compact:
+                try:
+                    compaction = snapshot_for_compaction(location.log_dir, tp.topic, tp.partition, config,
+                                                         checkpoints[location.log_dir])
+                except (KafkaLogError, OSError) as exc:
+                    row.update(quarantined=True, blocked_by=row["blocked_by"] + [f"corrupt: {exc}"])
+                    rows.append(row)
+                    continue
+                target = log_to_clean(compaction, now_ms)
+                row.update(first_dirty_offset=target.first_dirty_offset, dirty_ratio=round(target.dirty_ratio, 4),
+                           cleanable_bytes=target.cleanable_bytes)
+                row["blocked_by"] += [f"compaction {n}" for n in select_logs_to_clean([compaction], now_ms).not_selected]
         rows.append(row)
     return rows

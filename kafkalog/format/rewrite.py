@@ -196,7 +196,7 @@ def keys_match(data: U8, key_pos: I64, key_len: I32, rows: I64, arena: U8, start
 
 # --- an open-addressing hash table over exact key bytes (the cleaner's key map) -------------------
 @numba.njit(cache=True, nogil=True, inline="always")
-def _hash_one(data: U8, p: int, n: int) -> Any:
+def _hash_one(data: U8, p: Any, n: Any) -> Any:
     h = _FNV_OFFSET
     for j in range(n):
         h = (h ^ np.uint64(data[p + j])) * _FNV_PRIME
@@ -216,72 +216,103 @@ def _same_key(data: U8, p: int, n: int, arena: U8, q: int, m: int) -> bool:
     return True
 
 
+# A table slot is one 64-byte row of an int64 array, so a probe touches one cache line:
+# [hash, offset, key length, arena position, first 16 key bytes (2 words), unused, unused]. Keys of up
+# to 16 bytes are compared entirely inside the slot; longer ones also in the key arena.
+INLINE_KEY_BYTES = 16
+SLOT_WORDS = 8
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _key_words(data: U8, p: Any, n: Any) -> tuple[Any, Any]:
+    w0 = np.int64(0)
+    w1 = np.int64(0)
+    for j in range(min(n, 8)):
+        w0 |= np.int64(data[p + j]) << np.int64(8 * j)
+    for j in range(8, min(n, 16)):
+        w1 |= np.int64(data[p + j]) << np.int64(8 * (j - 8))
+    return w0, w1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _slot_matches(table: Any, s: Any, h: Any, n: Any, w0: Any, w1: Any, data: U8, p: Any, arena: U8) -> bool:
+    if table[s, 0] != h or table[s, 2] != n or table[s, 4] != w0 or table[s, 5] != w1:
+        return False
+    if n <= INLINE_KEY_BYTES:
+        return True
+    q = table[s, 3]
+    for j in range(INLINE_KEY_BYTES, n):
+        if data[p + j] != arena[q + j]:
+            return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True)
-def table_put(t_hash: U64, t_offset: I64, t_kpos: I64, t_klen: I32, arena: U8, arena_used: int, data: U8,
-              key_pos: I64, key_len: I32, offsets: I64, rows: I64) -> tuple[int, int]:
-    """Insert or update key → offset for each row (later rows win); returns (new keys, arena used).
+def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, key_len: I32, offsets: I64,
+              rows: I64) -> tuple[int, int]:
+    """Insert or update key → offset for each row (the larger offset wins); returns (new keys, arena used).
 
     The caller guarantees room: a load factor below 0.7 after the inserts and arena space for every
-    key. Equality is on the key bytes; the hash only picks the probe sequence.
+    key longer than 16 bytes. Equality is on the key bytes; the hash only picks the probe sequence.
     """
-    mask = len(t_hash) - 1
+    mask = len(table) - 1
     added = 0
     for i in range(len(rows)):
         r = rows[i]
         p, n = key_pos[r], key_len[r]
-        h = _hash_one(data, p, n)
-        s = np.int64(h & np.uint64(mask))
+        h = np.int64(_hash_one(data, p, n))
+        w0, w1 = _key_words(data, p, n)
+        s = h & mask
         while True:
-            if t_hash[s] == 0:
-                t_hash[s] = h
-                t_offset[s] = offsets[r]
-                t_kpos[s] = arena_used
-                t_klen[s] = n
-                for j in range(n):
-                    arena[arena_used + j] = data[p + j]
-                arena_used += n
+            if table[s, 0] == 0:
+                table[s, 0] = h
+                table[s, 1] = offsets[r]
+                table[s, 2] = n
+                table[s, 3] = arena_used
+                table[s, 4] = w0
+                table[s, 5] = w1
+                if n > INLINE_KEY_BYTES:
+                    for j in range(n):
+                        arena[arena_used + j] = data[p + j]
+                    arena_used += n
                 added += 1
                 break
-            if t_hash[s] == h and _same_key(data, p, n, arena, t_kpos[s], t_klen[s]):
-                if offsets[r] > t_offset[s]:
-                    t_offset[s] = offsets[r]
+            if _slot_matches(table, s, h, n, w0, w1, data, p, arena):
+                if offsets[r] > table[s, 1]:
+                    table[s, 1] = offsets[r]
                 break
             s = (s + 1) & mask
     return added, arena_used
 
 
 @numba.njit(cache=True, nogil=True)
-def table_get(t_hash: U64, t_offset: I64, t_kpos: I64, t_klen: I32, arena: U8, data: U8, key_pos: I64,
-              key_len: I32, rows: I64) -> I64:
+def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows: I64) -> I64:
     """The offset stored for each row's key, -1 when the key is absent."""
-    mask = len(t_hash) - 1
+    mask = len(table) - 1
     out = np.full(len(rows), -1, dtype=np.int64)
     for i in range(len(rows)):
         r = rows[i]
         p, n = key_pos[r], key_len[r]
-        h = _hash_one(data, p, n)
-        s = np.int64(h & np.uint64(mask))
-        while t_hash[s] != 0:
-            if t_hash[s] == h and _same_key(data, p, n, arena, t_kpos[s], t_klen[s]):
-                out[i] = t_offset[s]
+        h = np.int64(_hash_one(data, p, n))
+        w0, w1 = _key_words(data, p, n)
+        s = h & mask
+        while table[s, 0] != 0:
+            if _slot_matches(table, s, h, n, w0, w1, data, p, arena):
+                out[i] = table[s, 1]
                 break
             s = (s + 1) & mask
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def table_rehash(t_hash: U64, t_offset: I64, t_kpos: I64, t_klen: I32, n_hash: U64, n_offset: I64,
-                 n_kpos: I64, n_klen: I32) -> None:
+def table_rehash(table: Any, new: Any) -> None:
     """Move every entry into the (larger, empty) new table."""
-    mask = len(n_hash) - 1
-    for s in range(len(t_hash)):
-        h = t_hash[s]
+    mask = len(new) - 1
+    for s in range(len(table)):
+        h = table[s, 0]
         if h == 0:
             continue
-        d = np.int64(h & np.uint64(mask))
-        while n_hash[d] != 0:
+        d = h & mask
+        while new[d, 0] != 0:
             d = (d + 1) & mask
-        n_hash[d] = h
-        n_offset[d] = t_offset[s]
-        n_kpos[d] = t_kpos[s]
-        n_klen[d] = t_klen[s]
+        new[d, :] = table[s, :]

@@ -114,8 +114,11 @@ def is_known_partition_file(name: str) -> bool:
         return True
     if _KRAFT_SNAPSHOT.match(name):
         return True
-    # Checkpoint temp files (``leader-epoch-checkpoint.tmp``, ``partition.metadata.tmp``).
-    return name.endswith(TMP_SUFFIX) and name[: -len(TMP_SUFFIX)] in PARTITION_FILES
+    # Temp files of atomic writes (``leader-epoch-checkpoint.tmp``, ``<offset>.snapshot.tmp``).
+    if name.endswith(TMP_SUFFIX):
+        stem = name[: -len(TMP_SUFFIX)]
+        return stem in PARTITION_FILES or parse_segment_file_name(stem) is not None
+    return False
 
 
 def check_partition_file(path: Path) -> None:

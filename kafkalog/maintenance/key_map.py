@@ -2,9 +2,10 @@
 
 Kafka's ``SkimpyOffsetMap`` stores MD5 digests in a fixed 128 MiB table and stops a pass when it is
 full, and treats two keys with the same digest as one. This map is exact and grows as needed: an
-open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) whose slots hold a 64-bit hash, the
-offset and where the key's bytes sit in a key arena; equality is always decided on the bytes. Memory
-is about ``(28 B / load factor) + key size`` per distinct key: ~70 MB for a million 11-byte keys.
+open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) of 64-byte slots holding a 64-bit
+hash, the offset and the key itself (its first 16 bytes inline, the rest in a key arena); equality is
+always decided on the bytes. Memory is about ``64 B / load factor`` per distinct key, plus the key for
+keys over 16 bytes: ~110 MB for a million keys.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from kafkalog.format.rewrite import table_get, table_put, table_rehash
+from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, table_get, table_put, table_rehash
 from kafkalog.format.scan import RecordColumns
 
 I64 = npt.NDArray[np.int64]
@@ -29,19 +30,16 @@ class KeyMap:
         self.records = 0
 
     def _allocate(self, capacity: int) -> None:
-        self._hash = np.zeros(capacity, dtype=np.uint64)
-        self._offset = np.zeros(capacity, dtype=np.int64)
-        self._kpos = np.zeros(capacity, dtype=np.int64)
-        self._klen = np.zeros(capacity, dtype=np.int32)
+        self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
 
     def _reserve(self, keys: int, key_bytes: int) -> None:
-        capacity = len(self._hash)
+        capacity = len(self._table)
         while (self._size + keys) > capacity * MAX_LOAD:
             capacity *= 2
-        if capacity != len(self._hash):
-            old = (self._hash, self._offset, self._kpos, self._klen)
+        if capacity != len(self._table):
+            old = self._table
             self._allocate(capacity)
-            table_rehash(*old, self._hash, self._offset, self._kpos, self._klen)
+            table_rehash(old, self._table)
         if self._arena_used + key_bytes > len(self._arena):
             grown = np.empty(max(2 * len(self._arena), self._arena_used + key_bytes), dtype=np.uint8)
             grown[:self._arena_used] = self._arena[:self._arena_used]
@@ -52,10 +50,10 @@ class KeyMap:
         if not len(rows):
             return
         rows = rows.astype(np.int64, copy=False)
-        self._reserve(len(rows), int(columns.key_len[rows].sum()))
-        added, self._arena_used = table_put(self._hash, self._offset, self._kpos, self._klen, self._arena,
-                                            self._arena_used, columns.data, columns.key_pos, columns.key_len,
-                                            columns.offset, rows)
+        lengths = columns.key_len[rows]
+        self._reserve(len(rows), int(lengths[lengths > INLINE_KEY_BYTES].sum()))
+        added, self._arena_used = table_put(self._table, self._arena, self._arena_used, columns.data,
+                                            columns.key_pos, columns.key_len, columns.offset, rows)
         self._size += added
         self.records += len(rows)
 
@@ -72,5 +70,5 @@ class KeyMap:
         """The latest offset of each row's key, -1 when the key is not in the map."""
         if not len(rows) or not self._size:
             return np.full(len(rows), -1, dtype=np.int64)
-        return table_get(self._hash, self._offset, self._kpos, self._klen, self._arena, columns.data,
-                         columns.key_pos, columns.key_len, rows.astype(np.int64, copy=False))
+        return table_get(self._table, self._arena, columns.data, columns.key_pos, columns.key_len,
+                         rows.astype(np.int64, copy=False))

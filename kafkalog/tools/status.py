@@ -10,8 +10,8 @@ from typing import Any
 
 from kafkalog.errors import KafkaLogError
 from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_for_compaction, snapshot_log
-from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
 from kafkalog.log.store import METADATA_TOPICS, LogStore
+from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
 from kafkalog.policy.retention import plan_retention
 
 
@@ -53,6 +53,7 @@ def status_rows(store: LogStore, now_ms: int) -> list[dict[str, Any]]:
                 target = log_to_clean(compaction, now_ms)
                 row.update(first_dirty_offset=target.first_dirty_offset, dirty_ratio=round(target.dirty_ratio, 4),
                            cleanable_bytes=target.cleanable_bytes)
-                row["blocked_by"] += [f"compaction {n}" for n in select_logs_to_clean([compaction], now_ms).not_selected]
+                waiting = select_logs_to_clean([compaction], now_ms).not_selected
+                row["blocked_by"] += [f"compaction {n}" for n in waiting]
         rows.append(row)
     return rows

@@ -1,0 +1,237 @@
+"""kill -9 during compaction (spec §11.2–11.3): at every point, recovery leaves each group of segments
+wholly old or wholly new, verify passes, no key's latest value is lost, and compacting again converges
+to what an uninterrupted run produces.
+
+The log: ~40 dirty segments of ~2 KB over 200 keys with tombstones, after an earlier compaction (so
+some tombstones already carry a delete horizon, none of them passed). ``kafkalog compact`` runs as a
+subprocess in its own session and is killed with SIGKILL to its process group: half of the kills at
+times spread over the measured cleaning window of a reference run, half when polling the partition
+directory shows a given number of ``.cleaned``/``.swap``/``.deleted`` files, so they land mid-swap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import run_cli
+
+from kafkalog.format.scan import scan_batches, scan_records
+from kafkalog.log import names
+from kafkalog.log.store import LogStore
+from kafkalog.maintenance.compact import compact
+
+TOPIC = "t"
+DAY = 86_400_000
+POLL_S = 0.0005
+REPO = Path(__file__).resolve().parents[2]
+Rec = tuple[int, bytes | None, bytes | None, int]  # offset, key, value, timestamp
+IN_FLIGHT = (names.CLEANED_SUFFIX, names.SWAP_SUFFIX)
+
+
+def _build(log_dir: Path) -> None:
+    store = LogStore([log_dir], create_missing=True)
+    store.create_topic(TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                  "delete.retention.ms": str(DAY)})
+    loc = store.locate(TOPIC, 0)
+    rng = random.Random(2024)
+    ts = int(time.time() * 1000) - DAY
+    n = 0
+
+    def write_segments(count: int) -> None:
+        nonlocal n
+        with store.writable_log(loc) as log:
+            target = len(log.segments) + count
+            while len(log.segments) < target:
+                rows = []
+                for _ in range(4):
+                    key = f"key-{rng.randrange(200):03d}".encode()
+                    value = None if rng.random() < 0.06 else f"value-{n}-".encode() + b"x" * rng.randrange(24)
+                    rows.append((key, value, (), ts + n))
+                    n += 1
+                log.append_records(rows, batch_records=rng.choice([1, 2, 4]), now_ms=ts)
+
+    write_segments(15)
+    # An earlier compaction stamps horizons (wall clock + 1 day) on the tombstones it keeps.
+    assert compact(store, now_ms=int(time.time() * 1000), topic=TOPIC).cleaned
+    write_segments(40)
+    for leftover in (log_dir / f"{TOPIC}-0").glob(f"*{names.DELETED_SUFFIX}"):
+        leftover.unlink()  # as if swept: the kills below watch for new .deleted files
+
+
+def _records(log_dir: Path) -> list[Rec]:
+    store = LogStore([log_dir])
+    log = store.open_log(store.locate(TOPIC, 0), read_only=True)
+    out: list[Rec] = []
+    for segment in log.segments:
+        data = segment.log_path.read_bytes()
+        cols = scan_batches(data)
+        recs = scan_records(data, cols)
+        out += [(int(recs.offset[i]), recs.key(i), recs.value(i), int(recs.timestamp[i])) for i in range(len(recs))]
+    return out
+
+
+def _latest(records: list[Rec]) -> dict[bytes | None, bytes | None]:
+    return {key: value for _, key, value, _ in records}
+
+
+def _segment_bases(partition: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in partition.iterdir() if p.name.endswith(names.LOG_SUFFIX))
+
+
+@dataclass
+class Seen:
+    """What polling the partition directory saw of a running cleaner."""
+
+    start: float = field(default_factory=time.perf_counter)
+    cleaned: set[int] = field(default_factory=set)
+    swap: set[int] = field(default_factory=set)
+    deleted: set[int] = field(default_factory=set)
+    first_temp_s: float | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def poll(self, partition: Path) -> None:
+        for name in os.listdir(partition):
+            if name.endswith(names.LOG_SUFFIX + names.CLEANED_SUFFIX):
+                self.cleaned.add(int(name[:20]))
+            elif name.endswith(names.LOG_SUFFIX + names.SWAP_SUFFIX):
+                self.swap.add(int(name[:20]))
+            elif name.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX):
+                self.deleted.add(int(name[:20]))
+            else:
+                continue
+            if self.first_temp_s is None:
+                self.first_temp_s = self.elapsed
+
+
+def _spawn(log_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen([sys.executable, "-m", "kafkalog.cli", "compact", "--log-dir", str(log_dir),
+                             "--topic", TOPIC, *extra], stdout=subprocess.PIPE if extra else subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+
+
+def _run(log_dir: Path, trigger: Callable[[Seen], bool]) -> tuple[bool, Seen]:
+    """Run the cleaner, SIGKILL its process group when ``trigger`` fires; True if it was killed mid-run."""
+    partition = log_dir / f"{TOPIC}-0"
+    proc = _spawn(log_dir)
+    seen = Seen()
+    killed = False
+    try:
+        while proc.poll() is None:
+            seen.poll(partition)
+            if trigger(seen):
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(POLL_S)
+        proc.wait(timeout=60)
+        killed = proc.returncode == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return killed, seen
+
+
+def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None:
+    template = tmp_path / "template"
+    _build(template)
+    before = _records(template)
+    before_latest = _latest(before)
+    assert len(_segment_bases(template / f"{TOPIC}-0")) >= 45
+    assert sum(1 for v in before_latest.values() if v is None) >= 3  # tombstoned keys are in play
+
+    # Reference run, uninterrupted: its groups, its output and its timeline.
+    ref = tmp_path / "ref"
+    shutil.copytree(template, ref)
+    proc = _spawn(ref, "--json")
+    seen = Seen()
+    while proc.poll() is None:
+        seen.poll(ref / f"{TOPIC}-0")
+        time.sleep(POLL_S)
+    end_s = seen.elapsed
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    [cleaned] = json.loads(out)["cleaned"]
+    groups = [(list(old), new) for old, new in cleaned["groups"]]
+    assert len(groups) >= 10
+    reference = _records(ref)
+    assert _latest(reference) == before_latest
+    assert seen.first_temp_s is not None
+    first_s = seen.first_temp_s
+
+    # The old segments of each group, and where each group's offset range ends.
+    old_bases = _segment_bases(template / f"{TOPIC}-0")
+    active = old_bases[-1]
+    ranges = []
+    for old, new in groups:
+        following = [b for b in old_bases if b > old[-1]]
+        ranges.append((old, new, old[0], following[0] if following else active))
+
+    g = len(groups)
+    triggers: list[tuple[str, Callable[[Seen], bool]]] = []
+    window = max(end_s - first_s, 0.05)
+    for i in range(12):  # by elapsed time, spread over the reference run's cleaning window
+        at = first_s - 0.05 * window + i * 1.1 * window / 11
+        triggers.append((f"t={at:.3f}s", lambda s, at=at: s.elapsed >= at))
+    for n in (1, g // 3, 2 * g // 3):
+        triggers.append((f"{n} cleaned", lambda s, n=n: len(s.cleaned) >= n))
+    for n in (1, g // 4, g // 2, 3 * g // 4, g - 1):
+        triggers.append((f"{n} swap", lambda s, n=n: len(s.swap) >= n))
+    for n in (1, g // 3, 2 * g // 3, g - 2):
+        triggers.append((f"{n} deleted", lambda s, n=n: len(s.deleted) >= n))
+    assert len(triggers) >= 24
+
+    killed_runs = mid_swap = rolled = 0
+    for i, (label, trigger) in enumerate(triggers):
+        log_dir = tmp_path / f"kill{i}"
+        shutil.copytree(template, log_dir)
+        partition = log_dir / f"{TOPIC}-0"
+        killed, _ = _run(log_dir, trigger)
+        killed_runs += killed
+        in_flight = [p.name for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)]
+        mid_swap += bool(in_flight)
+
+        recovered = run_cli("recover", "--log-dir", str(log_dir))
+        assert recovered.code == 0, (label, recovered.err)
+        assert not [p.name for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)], label
+        verify = run_cli("verify", "--log-dir", str(log_dir))
+        assert verify.code == 0, (label, verify.out)
+
+        after = _records(log_dir)
+        assert _latest(after) == before_latest, label  # no horizon passed: tombstones exactly as before
+        bases = _segment_bases(partition)
+        new_groups = 0
+        for old, new, low, high in ranges:
+            live = [b for b in bases if low <= b < high]
+            got = [r for r in after if low <= r[0] < high]
+            if live == old and got == [r for r in before if low <= r[0] < high]:
+                continue
+            assert live == [new], (label, old, live)
+            assert got == [r for r in reference if low <= r[0] < high], (label, old)
+            new_groups += 1
+        rolled += 0 < new_groups < g
+        assert [r for r in after if r[0] >= active] == [r for r in before if r[0] >= active]
+
+        again = run_cli("compact", "--log-dir", str(log_dir), "--topic", TOPIC)
+        assert again.code == 0, (label, again.err)
+        assert _records(log_dir) == reference, label
+        assert run_cli("verify", "--log-dir", str(log_dir)).code == 0, label
+        shutil.rmtree(log_dir)
+
+    print("DBG", killed_runs, mid_swap, rolled, g, first_s, end_s)
+    assert killed_runs >= 20, killed_runs
+    assert mid_swap >= 3, mid_swap  # kills that left .cleaned/.swap files for recovery to resolve
+    assert rolled >= 5, rolled  # kills between groups: some groups new, the others old

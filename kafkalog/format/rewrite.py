@@ -316,3 +316,94 @@ def table_rehash(table: Any, new: Any) -> None:
         while new[d, 0] != 0:
             d = (d + 1) & mask
         new[d, :] = table[s, :]
+
+
+# --- assembling a cleaned segment ------------------------------------------------------------------
+COPY, REBUILD, EMPTY, DROP = 0, 1, 2, 3
+_DELETE_HORIZON = 0x40
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_be(out: U8, p: int, value: Any, width: int) -> None:
+    v = np.int64(value)
+    for j in range(width):
+        out[p + width - 1 - j] = np.uint8(v & 0xFF)
+        v >>= 8
+
+
+@numba.njit(cache=True, nogil=True)
+def assemble_uncompressed(data: U8, position: I64, size: I64, action: I64, row_start: I64, keep: Any,
+                          new_horizon: I64, rec_data: U8, record_pos: I64, record_size: I32, timestamps: I64,
+                          out: U8) -> tuple[int, Any, Any]:
+    """Write the cleaned form of uncompressed v2 batches into ``out``.
+
+    COPY batches are copied byte for byte (consecutive ones in one run), EMPTY ones become Kafka's
+    61-byte empty header, REBUILD ones keep their header fields but get the retained records
+    re-encoded against a new base timestamp (``new_horizon[b]`` when one is to be stamped or kept,
+    -1 otherwise: then the first retained record's timestamp). Record positions index ``rec_data``
+    (the file itself, or the arena of a segment that also holds compressed batches). Returns the bytes written and, for
+    every written batch, its start in ``out`` and whether its CRC must be recomputed.
+    """
+    n = len(position)
+    starts = np.empty(n, dtype=np.int64)
+    needs_crc = np.zeros(n, dtype=np.bool_)
+    q = 0
+    for b in range(n):
+        kind = action[b]
+        starts[b] = q
+        if kind == DROP:
+            starts[b] = -1
+            continue
+        pos = position[b]
+        if kind == COPY:
+            out[q:q + size[b]] = data[pos:pos + size[b]]
+            q += size[b]
+            continue
+        needs_crc[b] = True
+        out[q:q + 61] = data[pos:pos + 61]
+        attributes = np.int64(data[pos + 22])
+        if kind == EMPTY:
+            # writeEmptyHeader: no records, codec none, no horizon, base timestamp -1
+            out[q + 22] = np.uint8(attributes & (0x08 | 0x10 | 0x20))
+            out[q + 21] = 0
+            _put_be(out, q + 8, 49, 4)
+            _put_be(out, q + 27, -1, 8)
+            _put_be(out, q + 57, 0, 4)
+            q += 61
+            continue
+        first, last = row_start[b], row_start[b + 1]
+        base_ts = new_horizon[b]
+        max_ts = np.int64(-1)
+        count = 0
+        for r in range(first, last):
+            if keep[r]:
+                if count == 0 and base_ts < 0:
+                    base_ts = timestamps[r]
+                if timestamps[r] > max_ts:
+                    max_ts = timestamps[r]
+                count += 1
+        w = q + 61
+        for r in range(first, last):
+            if not keep[r]:
+                continue
+            start = record_pos[r]
+            p = _skip_varint(rec_data, start) + 1
+            rest = _skip_varint(rec_data, p)
+            tail = start + record_size[r] - rest
+            delta = timestamps[r] - base_ts
+            body = 1 + _varlong_size(delta) + tail
+            w = _write_varlong(out, w, body)
+            out[w] = 0
+            w = _write_varlong(out, w + 1, delta)
+            out[w:w + tail] = rec_data[rest:rest + tail]
+            w += tail
+        if new_horizon[b] >= 0:
+            attributes |= _DELETE_HORIZON
+        out[q + 22] = np.uint8(attributes)
+        _put_be(out, q + 8, w - q - 12, 4)
+        _put_be(out, q + 27, base_ts, 8)
+        if not attributes & 0x08:  # LogAppendTime batches keep their append time
+            _put_be(out, q + 35, max_ts, 8)
+        _put_be(out, q + 57, count, 4)
+        q = w
+    return q, starts, needs_crc

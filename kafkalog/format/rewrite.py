@@ -248,20 +248,51 @@ def _slot_matches(table: Any, s: Any, h: Any, n: Any, w0: Any, w1: Any, data: U8
 
 
 @numba.njit(cache=True, nogil=True)
+def _slot_order(table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any, Any, Any]:
+    """Hash every row's key and order the rows by home slot, so the table is walked in memory order
+    (random probes into a table larger than the caches cost a DRAM miss each)."""
+    n = len(rows)
+    hashes = np.empty(n, dtype=np.int64)
+    w0s = np.empty(n, dtype=np.int64)
+    w1s = np.empty(n, dtype=np.int64)
+    mask = len(table) - 1
+    shift = 0
+    while (mask >> shift) >= 4096:
+        shift += 1
+    counts = np.zeros(4097, dtype=np.int64)
+    for i in range(n):
+        r = rows[i]
+        h = np.int64(_hash_one(data, key_pos[r], key_len[r]))
+        hashes[i] = h
+        w0s[i], w1s[i] = _key_words(data, key_pos[r], key_len[r])
+        counts[((h & mask) >> shift) + 1] += 1
+    for b in range(1, 4097):
+        counts[b] += counts[b - 1]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        b = (hashes[i] & mask) >> shift
+        order[counts[b]] = i
+        counts[b] += 1
+    return order, hashes, w0s, w1s
+
+
+@numba.njit(cache=True, nogil=True)
 def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, key_len: I32, offsets: I64,
               rows: I64) -> tuple[int, int]:
-    """Insert or update key → offset for each row (the larger offset wins); returns (new keys, arena used).
+    """Insert or update key → offset for each row (the larger offset wins, so the order rows are
+    visited in does not matter); returns (new keys, arena used).
 
     The caller guarantees room: a load factor below 0.7 after the inserts and arena space for every
     key longer than 16 bytes. Equality is on the key bytes; the hash only picks the probe sequence.
     """
     mask = len(table) - 1
     added = 0
-    for i in range(len(rows)):
+    order, hashes, w0s, w1s = _slot_order(table, data, key_pos, key_len, rows)
+    for k in range(len(order)):
+        i = order[k]
         r = rows[i]
         p, n = key_pos[r], key_len[r]
-        h = np.int64(_hash_one(data, p, n))
-        w0, w1 = _key_words(data, p, n)
+        h, w0, w1 = hashes[i], w0s[i], w1s[i]
         s = h & mask
         while True:
             if table[s, 0] == 0:
@@ -290,14 +321,15 @@ def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows:
     """The offset stored for each row's key, -1 when the key is absent."""
     mask = len(table) - 1
     out = np.full(len(rows), -1, dtype=np.int64)
-    for i in range(len(rows)):
+    order, hashes, w0s, w1s = _slot_order(table, data, key_pos, key_len, rows)
+    for k in range(len(order)):
+        i = order[k]
         r = rows[i]
         p, n = key_pos[r], key_len[r]
-        h = np.int64(_hash_one(data, p, n))
-        w0, w1 = _key_words(data, p, n)
+        h = hashes[i]
         s = h & mask
         while table[s, 0] != 0:
-            if _slot_matches(table, s, h, n, w0, w1, data, p, arena):
+            if _slot_matches(table, s, h, n, w0s[i], w1s[i], data, p, arena):
                 out[i] = table[s, 1]
                 break
             s = (s + 1) & mask

@@ -386,15 +386,15 @@ def _assemble(data: bytes, batches: BatchColumns, records: RecordColumns, keep: 
     stats.batches_copied += int((action == COPY).sum())
     stats.batches_rebuilt += int((action == REBUILD).sum())
     stats.empty_batches_kept += int((action == EMPTY).sum())
-    rebuilt = action == REBUILD
-    if (batches.magic >= 2).all() and not ((batches.attributes & fmt.COMPRESSION_MASK)[rebuilt] != 0).any():
+    if (batches.magic >= 2).all():
         return _assemble_compiled(data, batches, records, keep, action, row_start, needs_horizon, clock)
     return _assemble_per_batch(data, batches, records, keep, action, row_start, needs_horizon, clock)
 
 
 def _assemble_compiled(data: bytes, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],
                        action: I64, row_start: I64, needs_horizon: npt.NDArray[np.bool_], clock: _Clock) -> bytes:
-    """Uncompressed rebuilds: one compiled pass writes every batch; Python only fills in CRCs."""
+    """One compiled pass writes every batch (rebuilt records uncompressed); Python then compresses the
+    records of rebuilt compressed batches with their codec and fills in the CRCs."""
     has_horizon = (batches.attributes & fmt.DELETE_HORIZON_MASK) != 0
     horizon = np.where(needs_horizon, clock.horizon_ms, np.where(has_horizon, batches.base_timestamp, -1))
     out = np.empty(len(data) + 10 * len(records) + 61 * len(batches), dtype=np.uint8)
@@ -403,11 +403,28 @@ def _assemble_compiled(data: bytes, batches: BatchColumns, records: RecordColumn
         keep, horizon.astype(np.int64), records.data, records.record_pos, records.record_size, records.timestamp,
         out)
     view = memoryview(out)  # type: ignore[arg-type]  # ndarray is a buffer
-    for b in np.flatnonzero(needs_crc):
+    codecs = batches.attributes & fmt.COMPRESSION_MASK
+    recompress = (action == REBUILD) & (codecs != 0)
+    for b in np.flatnonzero(needs_crc & ~recompress):
         s = int(starts[b])
         length = int.from_bytes(view[s + 8:s + 12], "big")
         struct.pack_into(">I", view, s + fmt.CRC_OFFSET, crc32c(view[s + fmt.ATTRIBUTES_OFFSET:s + 12 + length]))
-    return bytes(view[:end])
+    if not recompress.any():
+        return bytes(view[:end])
+    parts: list[bytes | bytearray | memoryview] = []
+    cursor = 0
+    for b in np.flatnonzero(recompress):
+        s = int(starts[b])
+        length = int.from_bytes(view[s + 8:s + 12], "big")
+        parts.append(view[cursor:s])
+        section = compression.compress(CompressionType(int(codecs[b])), bytes(view[s + 61:s + 12 + length]))
+        batch = bytearray(view[s:s + 61]) + section
+        struct.pack_into(">i", batch, 8, len(batch) - fmt.LOG_OVERHEAD)
+        struct.pack_into(">I", batch, fmt.CRC_OFFSET, crc32c(memoryview(batch)[fmt.ATTRIBUTES_OFFSET:]))
+        parts.append(batch)
+        cursor = s + 12 + length
+    parts.append(view[cursor:end])
+    return b"".join(parts)
 
 
 def _assemble_per_batch(data: bytes, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],

@@ -2,9 +2,9 @@
 
 The cleaner's per-record work runs here, over the columns of :mod:`kafkalog.format.scan`:
 
-* ``hash_keys`` — a 64-bit hash of each key's bytes (FNV-1a folded through a splitmix finaliser).
-  Hashes only *group* keys; equality is always decided on the bytes (``group_collisions``), so the
-  key map is exact where Kafka's MD5 map treats colliding digests as one key.
+* ``table_put``/``table_get`` — the cleaner's key map: an open-addressing table keyed by the exact
+  key bytes (a 64-bit hash only picks the slot), where Kafka's MD5 map treats colliding digests as
+  one key.
 * ``rebuild_records`` — re-encode retained records against a new base timestamp: the timestamp
   delta is rewritten, the offset delta, key, value and headers are copied byte for byte (the batch
   keeps its base offset, so offset deltas stay valid).
@@ -25,63 +25,6 @@ U64 = npt.NDArray[np.uint64]
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
-
-
-@numba.njit(cache=True, nogil=True)
-def hash_keys(data: U8, key_pos: I64, key_len: I32, rows: I64) -> U64:
-    """64-bit hash of the key of each row in ``rows`` (rows must have non-null keys)."""
-    out = np.empty(len(rows), dtype=np.uint64)
-    for i in range(len(rows)):
-        r = rows[i]
-        p = key_pos[r]
-        h = _FNV_OFFSET
-        for j in range(key_len[r]):
-            h = (h ^ np.uint64(data[p + j])) * _FNV_PRIME
-        # splitmix64 finaliser: spreads FNV's weak low bits before the hashes are sorted and probed
-        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out[i] = h ^ (h >> np.uint64(31))
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def gather_keys(data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any]:
-    """Copy the keys of ``rows`` into one arena: (arena, start of each key)."""
-    starts = np.empty(len(rows) + 1, dtype=np.int64)
-    total = 0
-    for i in range(len(rows)):
-        starts[i] = total
-        total += key_len[rows[i]]
-    starts[len(rows)] = total
-    arena = np.empty(total, dtype=np.uint8)
-    for i in range(len(rows)):
-        r = rows[i]
-        arena[starts[i]:starts[i + 1]] = data[key_pos[r]:key_pos[r] + key_len[r]]
-    return arena, starts
-
-
-@numba.njit(cache=True, nogil=True)
-def group_collisions(arena: U8, starts: I64, order: I64, group_start: I64) -> npt.NDArray[np.bool_]:
-    """For each group of equal hashes (``order`` sorted by hash, groups from ``group_start``), whether
-    any member's key bytes differ from the first member's: a true hash collision."""
-    n_groups = len(group_start) - 1
-    collided = np.zeros(n_groups, dtype=np.bool_)
-    for g in range(n_groups):
-        first = order[group_start[g]]
-        a0, a1 = starts[first], starts[first + 1]
-        for k in range(group_start[g] + 1, group_start[g + 1]):
-            other = order[k]
-            b0, b1 = starts[other], starts[other + 1]
-            if b1 - b0 != a1 - a0:
-                collided[g] = True
-                break
-            for j in range(a1 - a0):
-                if arena[a0 + j] != arena[b0 + j]:
-                    collided[g] = True
-                    break
-            if collided[g]:
-                break
-    return collided
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -173,28 +116,6 @@ def after_timestamp_delta(data: U8, record_pos: I64, rows: I64) -> I64:
     return out
 
 
-@numba.njit(cache=True, nogil=True)
-def keys_match(data: U8, key_pos: I64, key_len: I32, rows: I64, arena: U8, starts: I64,
-               slots: I64) -> npt.NDArray[np.bool_]:
-    """Whether each row's key bytes equal the arena key at its slot (hash matches are verified)."""
-    out = np.zeros(len(rows), dtype=np.bool_)
-    for i in range(len(rows)):
-        r = rows[i]
-        s = slots[i]
-        n = key_len[r]
-        if starts[s + 1] - starts[s] != n:
-            continue
-        p, q = key_pos[r], starts[s]
-        same = True
-        for j in range(n):
-            if data[p + j] != arena[q + j]:
-                same = False
-                break
-        out[i] = same
-    return out
-
-
-# --- an open-addressing hash table over exact key bytes (the cleaner's key map) -------------------
 @numba.njit(cache=True, nogil=True, inline="always")
 def _hash_one(data: U8, p: Any, n: Any) -> Any:
     h = _FNV_OFFSET
@@ -206,21 +127,24 @@ def _hash_one(data: U8, p: Any, n: Any) -> Any:
     return h | np.uint64(1)  # 0 marks an empty slot
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _same_key(data: U8, p: int, n: int, arena: U8, q: int, m: int) -> bool:
-    if n != m:
-        return False
-    for j in range(n):
-        if data[p + j] != arena[q + j]:
-            return False
-    return True
-
-
-# A table slot is one 64-byte row of an int64 array, so a probe touches one cache line:
-# [hash, offset, key length, arena position, first 16 key bytes (2 words), unused, unused]. Keys of up
-# to 16 bytes are compared entirely inside the slot; longer ones also in the key arena.
+# A table slot is one 32-byte row of an int64 array:
+#   [tag, offset, w0, w1] with tag = (hash with its low byte replaced by min(key length, 255)) | 1<<7...
+# Keys of up to 16 bytes live in w0/w1 and are compared inside the slot; longer keys keep their first
+# 8 bytes in w0 and their arena position in w1, and are compared against the arena (length-prefixed).
+# The home slot is ``(hash_hi * capacity) >> 32`` (any capacity, no power-of-two waste), so walking rows
+# in hash order walks the table in memory order.
 INLINE_KEY_BYTES = 16
-SLOT_WORDS = 8
+SLOT_WORDS = 4
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _tag(h: Any, n: Any) -> Any:
+    return (h & np.int64(~0xFF)) | np.int64(min(n, 255)) | np.int64(1 << 8)  # never 0: 0 marks empty
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _home(h: Any, capacity: Any) -> Any:
+    return np.int64(((np.uint64(h) >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -229,51 +153,57 @@ def _key_words(data: U8, p: Any, n: Any) -> tuple[Any, Any]:
     w1 = np.int64(0)
     for j in range(min(n, 8)):
         w0 |= np.int64(data[p + j]) << np.int64(8 * j)
-    for j in range(8, min(n, 16)):
-        w1 |= np.int64(data[p + j]) << np.int64(8 * (j - 8))
+    if n <= INLINE_KEY_BYTES:
+        for j in range(8, n):
+            w1 |= np.int64(data[p + j]) << np.int64(8 * (j - 8))
     return w0, w1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _slot_matches(table: Any, s: Any, h: Any, n: Any, w0: Any, w1: Any, data: U8, p: Any, arena: U8) -> bool:
-    if table[s, 0] != h or table[s, 2] != n or table[s, 4] != w0 or table[s, 5] != w1:
+def _slot_matches(table: Any, s: Any, tag: Any, n: Any, w0: Any, w1: Any, data: U8, p: Any, arena: U8) -> bool:
+    if table[s, 0] != tag or table[s, 2] != w0:
         return False
     if n <= INLINE_KEY_BYTES:
-        return True
+        return bool(table[s, 3] == w1)
     q = table[s, 3]
-    for j in range(INLINE_KEY_BYTES, n):
-        if data[p + j] != arena[q + j]:
+    stored = (np.int64(arena[q]) << 24) | (np.int64(arena[q + 1]) << 16) | (np.int64(arena[q + 2]) << 8) \
+        | np.int64(arena[q + 3])
+    if stored != n:
+        return False
+    for j in range(n):
+        if data[p + j] != arena[q + 4 + j]:
             return False
     return True
 
 
 @numba.njit(cache=True, nogil=True)
-def _slot_order(table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any, Any, Any]:
-    """Hash every row's key and order the rows by home slot, so the table is walked in memory order
-    (random probes into a table larger than the caches cost a DRAM miss each)."""
+def _ordered(table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any, Any, Any, Any]:
+    """One sequential pass over the rows: tag, home slot and key words of each, and the rows ordered
+    by home slot (a counting sort on the hash's top 12 bits), so that the table is then walked in
+    memory order: a random probe into a table larger than the caches costs a DRAM miss."""
     n = len(rows)
-    hashes = np.empty(n, dtype=np.int64)
+    tags = np.empty(n, dtype=np.int64)
+    homes = np.empty(n, dtype=np.int64)
     w0s = np.empty(n, dtype=np.int64)
     w1s = np.empty(n, dtype=np.int64)
-    mask = len(table) - 1
-    shift = 0
-    while (mask >> shift) >= 4096:
-        shift += 1
+    capacity = len(table)
     counts = np.zeros(4097, dtype=np.int64)
     for i in range(n):
         r = rows[i]
-        h = np.int64(_hash_one(data, key_pos[r], key_len[r]))
-        hashes[i] = h
-        w0s[i], w1s[i] = _key_words(data, key_pos[r], key_len[r])
-        counts[((h & mask) >> shift) + 1] += 1
+        p, m = key_pos[r], key_len[r]
+        h = np.int64(_hash_one(data, p, m))
+        tags[i] = _tag(h, m)
+        homes[i] = _home(h, capacity)
+        w0s[i], w1s[i] = _key_words(data, p, m)
+        counts[(np.uint64(h) >> np.uint64(52)) + 1] += 1
     for b in range(1, 4097):
         counts[b] += counts[b - 1]
     order = np.empty(n, dtype=np.int64)
     for i in range(n):
-        b = (hashes[i] & mask) >> shift
-        order[counts[b]] = i
-        counts[b] += 1
-    return order, hashes, w0s, w1s
+        bucket = np.int64(np.uint64(tags[i]) >> np.uint64(52))
+        order[counts[bucket]] = i
+        counts[bucket] += 1
+    return order, tags, homes, w0s, w1s
 
 
 @numba.njit(cache=True, nogil=True)
@@ -282,71 +212,84 @@ def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, ke
     """Insert or update key → offset for each row (the larger offset wins, so the order rows are
     visited in does not matter); returns (new keys, arena used).
 
-    The caller guarantees room: a load factor below 0.7 after the inserts and arena space for every
-    key longer than 16 bytes. Equality is on the key bytes; the hash only picks the probe sequence.
+    The caller guarantees room: a load factor below 0.8 after the inserts and arena space (4 + length)
+    for every key longer than 16 bytes. Equality is on the key bytes; the hash only picks the slot.
     """
-    mask = len(table) - 1
+    capacity = len(table)
     added = 0
-    order, hashes, w0s, w1s = _slot_order(table, data, key_pos, key_len, rows)
+    order, tags, homes, w0s, w1s = _ordered(table, data, key_pos, key_len, rows)
     for k in range(len(order)):
         i = order[k]
         r = rows[i]
-        p, n = key_pos[r], key_len[r]
-        h, w0, w1 = hashes[i], w0s[i], w1s[i]
-        s = h & mask
+        n = key_len[r]
+        tag, w0, w1 = tags[i], w0s[i], w1s[i]
+        s = homes[i]
         while True:
             if table[s, 0] == 0:
-                table[s, 0] = h
+                table[s, 0] = tag
                 table[s, 1] = offsets[r]
-                table[s, 2] = n
-                table[s, 3] = arena_used
-                table[s, 4] = w0
-                table[s, 5] = w1
+                table[s, 2] = w0
                 if n > INLINE_KEY_BYTES:
+                    p = key_pos[r]
+                    table[s, 3] = arena_used
+                    arena[arena_used] = (n >> 24) & 0xFF
+                    arena[arena_used + 1] = (n >> 16) & 0xFF
+                    arena[arena_used + 2] = (n >> 8) & 0xFF
+                    arena[arena_used + 3] = n & 0xFF
                     for j in range(n):
-                        arena[arena_used + j] = data[p + j]
-                    arena_used += n
+                        arena[arena_used + 4 + j] = data[p + j]
+                    arena_used += 4 + n
+                else:
+                    table[s, 3] = w1
                 added += 1
                 break
-            if _slot_matches(table, s, h, n, w0, w1, data, p, arena):
+            if _slot_matches(table, s, tag, n, w0, w1, data, key_pos[r], arena):
                 if offsets[r] > table[s, 1]:
                     table[s, 1] = offsets[r]
                 break
-            s = (s + 1) & mask
+            s += 1
+            if s == capacity:
+                s = 0
     return added, arena_used
 
 
 @numba.njit(cache=True, nogil=True)
 def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows: I64) -> I64:
     """The offset stored for each row's key, -1 when the key is absent."""
-    mask = len(table) - 1
+    capacity = len(table)
     out = np.full(len(rows), -1, dtype=np.int64)
-    order, hashes, w0s, w1s = _slot_order(table, data, key_pos, key_len, rows)
+    order, tags, homes, w0s, w1s = _ordered(table, data, key_pos, key_len, rows)
     for k in range(len(order)):
         i = order[k]
-        r = rows[i]
-        p, n = key_pos[r], key_len[r]
-        h = hashes[i]
-        s = h & mask
+        s = homes[i]
+        tag, w0, w1 = tags[i], w0s[i], w1s[i]
         while table[s, 0] != 0:
-            if _slot_matches(table, s, h, n, w0s[i], w1s[i], data, p, arena):
-                out[i] = table[s, 1]
-                break
-            s = (s + 1) & mask
+            if table[s, 0] == tag and table[s, 2] == w0:
+                r = rows[i]
+                if _slot_matches(table, s, tag, key_len[r], w0, w1, data, key_pos[r], arena):
+                    out[i] = table[s, 1]
+                    break
+            s += 1
+            if s == capacity:
+                s = 0
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def table_rehash(table: Any, new: Any) -> None:
-    """Move every entry into the (larger, empty) new table."""
-    mask = len(new) - 1
+def table_rehash(table: Any, arena: U8, new: Any) -> None:
+    """Move every entry into the (larger, empty) new table; home slots are recomputed from the
+    stored keys' hashes (the tag keeps only part of the hash)."""
+    capacity = len(new)
     for s in range(len(table)):
-        h = table[s, 0]
-        if h == 0:
+        tag = table[s, 0]
+        if tag == 0:
             continue
-        d = h & mask
+        # The tag's high 56 bits are the hash's; _home only uses the top 32.
+        d = _home(tag, capacity)
         while new[d, 0] != 0:
-            d = (d + 1) & mask
+            d += 1
+            if d == capacity:
+                d = 0
         new[d, :] = table[s, :]
 
 

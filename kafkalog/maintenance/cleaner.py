@@ -283,8 +283,13 @@ def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, gr
         upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
         tracker.add_aborted(t for t in aborted if t.last_offset >= segment.base_offset and t.first_offset < upper)
         retain_legacy = segment.last_modified_ms() > legacy_horizon
+        # The cleaned segment must reach into the group's last source segment: crash recovery rolls
+        # a swap forward over [its base, its next offset) only, and an old segment left beyond that
+        # range would survive beside the new one. So if the last source segment would contribute
+        # nothing, its last batch is kept as a 61-byte empty batch.
+        cover_end = len(group) > 1 and segment is group[-1]
         parts.append(_clean_segment(segment, key_map, tracker, producers, upper_bound, clock, retain_legacy,
-                                    result.stats))
+                                    result.stats, cover_end))
     cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
                                                           log.config.segment_index_bytes), suffix=names.CLEANED_SUFFIX)
     try:
@@ -323,7 +328,8 @@ def _fingerprint(segment: LogSegment) -> tuple[int, int, int]:
 
 
 def _clean_segment(segment: LogSegment, key_map: KeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
-                   upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats) -> bytes:
+                   upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats,
+                   cover_end: bool = False) -> bytes:
     """``cleanInto`` for one source segment: the bytes of its retained batches, verified."""
     data, batches, records = _scan(segment)
     n = len(batches)
@@ -372,6 +378,8 @@ def _clean_segment(segment: LogSegment, key_map: KeyMap, tracker: TxnTracker, pr
     needs_horizon = (batches.magic >= 2) & (tombstone_kept | (can_discard & is_control)) & ~has_horizon
     action = np.where(retained > 0, np.where((retained == counts) & ~needs_horizon, COPY, REBUILD),
                       np.where(retain_empty & (batches.magic >= 2), EMPTY, DROP))
+    if cover_end and n and (action == DROP).all() and int(batches.magic[-1]) >= 2:
+        action[-1] = EMPTY
     row_start = np.searchsorted(b_of, np.arange(n + 1)) if len(records) else np.zeros(n + 1, dtype=np.int64)
     out = _assemble(data, batches, records, keep, action, row_start, needs_horizon, clock, stats)
     _verify(segment, out, records, keep, batches, action)

@@ -2,10 +2,11 @@
 
 Kafka's ``SkimpyOffsetMap`` stores MD5 digests in a fixed 128 MiB table and stops a pass when it is
 full, and treats two keys with the same digest as one. This map is exact and grows as needed: an
-open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) of 64-byte slots holding a 64-bit
-hash, the offset and the key itself (its first 16 bytes inline, the rest in a key arena); equality is
-always decided on the bytes. Memory is about ``64 B / load factor`` per distinct key, plus the key for
-keys over 16 bytes: ~110 MB for a million keys.
+open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) of 32-byte slots holding a tag
+(hash and length), the offset and the key itself (inline up to 16 bytes, else in a key arena);
+equality is always decided on the bytes. Memory is about ``32 B / 0.8`` per distinct key, plus
+``4 + key size`` for keys over 16 bytes: ~40 MB for a million short keys. Fresh memory is slow on a
+VM that returns freed pages to its host, so the table is sized to the keys, not to a power of two.
 """
 
 from __future__ import annotations
@@ -17,29 +18,26 @@ from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, table_get, tab
 from kafkalog.format.scan import RecordColumns
 
 I64 = npt.NDArray[np.int64]
-MAX_LOAD = 0.6
+MAX_LOAD = 0.8
+CHUNK_ROWS = 1 << 18
 
 
 class KeyMap:
     def __init__(self, capacity: int = 1 << 16) -> None:
-        self._allocate(capacity)
+        self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
         self._arena = np.empty(1 << 16, dtype=np.uint8)
         self._arena_used = 0
         self._size = 0
         self.latest_offset = -1
         self.records = 0
 
-    def _allocate(self, capacity: int) -> None:
-        self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
-
     def _reserve(self, keys: int, key_bytes: int) -> None:
-        capacity = len(self._table)
-        while (self._size + keys) > capacity * MAX_LOAD:
-            capacity *= 2
-        if capacity != len(self._table):
-            old = self._table
-            self._allocate(capacity)
-            table_rehash(old, self._table)
+        if self._size + keys > len(self._table) * MAX_LOAD:
+            # Grow by at least half, so a long run of inserts costs amortised O(1) rehashing.
+            capacity = max(int((self._size + keys) / MAX_LOAD) + 1, len(self._table) * 3 // 2)
+            new = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
+            table_rehash(self._table, self._arena, new)
+            self._table = new
         if self._arena_used + key_bytes > len(self._arena):
             grown = np.empty(max(2 * len(self._arena), self._arena_used + key_bytes), dtype=np.uint8)
             grown[:self._arena_used] = self._arena[:self._arena_used]
@@ -47,15 +45,16 @@ class KeyMap:
 
     def add(self, columns: RecordColumns, rows: I64) -> None:
         """Record the keys of ``rows`` (keyed records; the largest offset per key wins)."""
-        if not len(rows):
-            return
         rows = rows.astype(np.int64, copy=False)
-        lengths = columns.key_len[rows]
-        self._reserve(len(rows), int(lengths[lengths > INLINE_KEY_BYTES].sum()))
-        added, self._arena_used = table_put(self._table, self._arena, self._arena_used, columns.data,
-                                            columns.key_pos, columns.key_len, columns.offset, rows)
-        self._size += added
-        self.records += len(rows)
+        # In chunks: the table is sized for "every row is a new key", so a smaller chunk over-sizes less.
+        for start in range(0, len(rows), CHUNK_ROWS):
+            chunk = rows[start:start + CHUNK_ROWS]
+            lengths = columns.key_len[chunk]
+            self._reserve(len(chunk), int((lengths[lengths > INLINE_KEY_BYTES] + 4).sum()))
+            added, self._arena_used = table_put(self._table, self._arena, self._arena_used, columns.data,
+                                                columns.key_pos, columns.key_len, columns.offset, chunk)
+            self._size += added
+            self.records += len(chunk)
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset

@@ -390,6 +390,7 @@ def test_crash_at_every_rename(tmp_path: Path, case: str) -> None:
         assert verify.code == 0, (label, verify.out)
         after = _records(log_dir)
         assert _latest(after) == before_latest, label
+        print("DBG", label, recovered.out.strip()[:200], _segment_bases(partition)[:4], ranges[0])
         _check_old_or_new(label, ranges, before, reference, after, _segment_bases(partition))
         again = run_cli("compact", "--log-dir", str(log_dir), "--topic", TOPIC)
         assert again.code == 0, (label, again.err)

@@ -29,7 +29,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, assemble_batch
+from kafkalog.format.batch import assemble_batch
 from kafkalog.format.compression import CompressionType, compress
 from kafkalog.log.store import LogStore
 

@@ -107,10 +107,10 @@ def _group_ranges(groups: list[tuple[list[int], int]], old_bases: list[int]) -> 
 
 
 def _check_old_or_new(label: str, ranges: list[Range], before: list[Rec], reference: list[Rec], after: list[Rec],
-                      bases: list[int], *, tolerate_short_swap_bug: bool = False) -> tuple[int, int]:
+                      bases: list[int]) -> int:
     """Each group is wholly old (its segments and records as before) or wholly new (as in the reference
-    run). Returns (groups found new, groups left mixed by the known recovery bug)."""
-    new_groups = mixed = 0
+    run). Returns how many groups are new."""
+    new_groups = 0
     for old, new, low, high in ranges:
         live = [b for b in bases if low <= b < high]
         got = [r for r in after if low <= r[0] < high]
@@ -118,20 +118,10 @@ def _check_old_or_new(label: str, ranges: list[Range], before: list[Rec], refere
         if live == old and got == was:
             continue
         want = [r for r in reference if low <= r[0] < high]
-        if tolerate_short_swap_bug:
-            # SHORT_SWAP_BUG (test_crash_at_every_rename[tail-removed]): recovery rolled forward only up to
-            # the new segment's next offset; the group's old segments from there on stayed.
-            # Old segments are renamed in ascending order, so what stayed is a suffix of them.
-            new_end = want[-1][0] + 1 if want else new
-            beyond = [b for b in old[1:] if b >= new_end]
-            if any(live == [new, *beyond[j:]] and got == want + [r for r in was if r[0] >= beyond[j]]
-                   for j in range(len(beyond))):
-                mixed += 1
-                continue
         assert live == [new], (label, old, live)
         assert got == want, (label, old)
         new_groups += 1
-    return new_groups, mixed
+    return new_groups
 
 
 @dataclass
@@ -247,7 +237,7 @@ def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None
         triggers.append((f"{n} deleted", lambda s, n=n: len(s.deleted) >= n))
     assert len(triggers) == 24
 
-    def kill_and_recover(case: tuple[int, tuple[str, Callable[[Seen], bool]]]) -> tuple[bool, bool, int, int]:
+    def kill_and_recover(case: tuple[int, tuple[str, Callable[[Seen], bool]]]) -> tuple[bool, bool, int]:
         i, (label, trigger) = case
         log_dir = tmp_path / f"kill{i}"
         shutil.copytree(template, log_dir)
@@ -263,8 +253,7 @@ def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None
         assert verify.code == 0, (label, verify.out)
         after = _records(log_dir)
         assert _latest(after) == before_latest, label  # no horizon passed: tombstones exactly as before
-        new_groups, mixed = _check_old_or_new(label, ranges, before, reference, after, _segment_bases(partition),
-                                              tolerate_short_swap_bug=True)
+        new_groups = _check_old_or_new(label, ranges, before, reference, after, _segment_bases(partition))
         assert [r for r in after if r[0] >= active] == [r for r in before if r[0] >= active], label
 
         report = compact(LogStore([log_dir]), now_ms=int(time.time() * 1000), topic=TOPIC)
@@ -272,16 +261,14 @@ def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None
         assert _records(log_dir) == reference, label
         assert _cli("verify", "--log-dir", str(log_dir)).code == 0, label
         shutil.rmtree(log_dir)
-        return during, in_flight, new_groups, mixed
+        return during, in_flight, new_groups
 
     with ThreadPoolExecutor(max_workers=3) as pool:
         outcomes = list(pool.map(kill_and_recover, enumerate(triggers)))
     during = sum(o[0] for o in outcomes)
     mid_swap = sum(o[1] for o in outcomes)
     rolled = sum(0 < o[2] < g for o in outcomes)
-    mixed = sum(o[3] for o in outcomes)
-    print(f"kills: {during} during compaction, {mid_swap} mid-swap, {rolled} between groups, "
-          f"{mixed} groups left mixed (SHORT_SWAP_BUG)")
+    print(f"kills: {during} during compaction, {mid_swap} mid-swap, {rolled} between groups")
     assert during >= 20, during
     assert mid_swap >= 3, mid_swap  # kills that left .cleaned/.swap files for recovery to resolve
     assert rolled >= 5, rolled  # kills between groups: some groups new, the others old
@@ -343,18 +330,7 @@ def _compact_killed_at_rename(log_dir: Path, k: int) -> bool:
     return False
 
 
-SHORT_SWAP_BUG = ("bug: when the trailing records of a group are removed, its cleaned segment ends before the "
-                  "group's last old segment(s) begin; after a crash between the .cleaned->.swap renames and the "
-                  "last old->.deleted rename, loader.plan_temp_files rolls forward only over [min_swap, "
-                  "_next_offset(swap)) (Kafka's readNextOffset rule), so those old segments stay beside the new "
-                  "one: neither old nor new")
-
-
-@pytest.mark.parametrize("case", [
-    "kept",
-    pytest.param("tail-removed", marks=pytest.mark.xfail(strict=True, reason=SHORT_SWAP_BUG)),
-    pytest.param("emptied", marks=pytest.mark.xfail(strict=True, reason=SHORT_SWAP_BUG)),
-])
+@pytest.mark.parametrize("case", ["kept", "tail-removed", "emptied"])
 def test_crash_at_every_rename(tmp_path: Path, case: str) -> None:
     template = tmp_path / "template"
     _build_small(template, case=case)
@@ -374,6 +350,10 @@ def test_crash_at_every_rename(tmp_path: Path, case: str) -> None:
     first_group = [r[0] for r in reference if r[0] < ranges[0][3]]
     assert {"kept": first_group[-1:] == [old_bases[2] - 1], "tail-removed": first_group == [2],
             "emptied": first_group == []}[case]
+    # Recovery rolls a swap forward over [its base, its next offset) only, so the cleaned segment must
+    # reach into the group's last source segment (kept there as an empty batch if nothing else is).
+    first = LogStore([ref]).open_log(LogStore([ref]).locate(TOPIC, 0), read_only=True).segments[0]
+    assert first.read_next_offset() > old_bases[1]
 
     k = 0
     while True:
@@ -390,7 +370,6 @@ def test_crash_at_every_rename(tmp_path: Path, case: str) -> None:
         assert verify.code == 0, (label, verify.out)
         after = _records(log_dir)
         assert _latest(after) == before_latest, label
-        print("DBG", label, recovered.out.strip()[:200], _segment_bases(partition)[:4], ranges[0])
         _check_old_or_new(label, ranges, before, reference, after, _segment_bases(partition))
         again = run_cli("compact", "--log-dir", str(log_dir), "--topic", TOPIC)
         assert again.code == 0, (label, again.err)

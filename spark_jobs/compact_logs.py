@@ -1,0 +1,436 @@
+"""Compact Kafka-format logs with Spark: plan on the driver, clean one partition per task on the executors.
+
+    spark-submit spark_jobs/compact_logs.py --log-dir DIR [--log-dir DIR2] \\
+        [--plan PLAN.json | --topic T [--partition P]] --now-ms MS --report REPORT.json [--config-file F]
+
+The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
+reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
+the same log dirs, and runs ``clean_partition`` for each selected partition in its own task. Tasks
+get paths and offsets and return a small dict: no record bytes go through Spark. Every task uses the
+driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are byte for
+byte those of ``kafkalog compact`` in one process for the same input and clocks.
+
+Exit codes: 0 every planned partition was cleaned; 1 the job refused to run or Spark failed (bad
+arguments, a log dir missing or not shared with the executors, an unreadable plan); 2 it ran, and at
+least one partition failed or was skipped (locked by another cleaner, corrupt). The JSON report is
+written in every case where the arguments name one.
+
+Crash story: each partition is cleaned by the library's ``.cleaned -> .swap`` protocol under the
+partition's cleaner lock, so killing the job (or an executor) at any point leaves every partition
+recoverable to old or new by ``kafkalog recover``; running the job again finishes the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_OK, EXIT_REFUSED, EXIT_PARTITIONS_FAILED = 0, 1, 2
+REPORT_VERSION = 1
+LOOPBACK = "127.0.0.1"
+DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
+SHARED_HINT = ("every log dir must be on a volume mounted at the same path on the driver and on every "
+               "Spark worker (NFS, or the deployment's shared log volume)")
+
+
+class JobError(Exception):
+    """The job refuses to run; the message says why and what to do."""
+
+
+# --- arguments -------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # exit 1, not argparse's 2: 2 means "see the report"
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_REFUSED, f"{self.prog}: error: {message}\n")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="compact_logs.py", description="Compact Kafka-format logs on Spark, one task per partition.")
+    p.add_argument("--log-dir", action="append", metavar="DIR",
+                   help="a log directory shared by driver and executors (repeatable; env KAFKALOG_LOG_DIRS)")
+    p.add_argument("--config-file", metavar="FILE",
+                   help="broker defaults, server.properties style (env KAFKALOG_CONFIG)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--plan", metavar="PLAN.json", help="the output of `kafkalog compact --dry-run --json`")
+    which.add_argument("--topic", help="clean this topic's cleanable ranges whatever their dirty ratio")
+    p.add_argument("--partition", type=int, help="with --topic: only this partition")
+    p.add_argument("--now-ms", type=int, help="the cycle's clock (required unless the plan carries now_ms)")
+    p.add_argument("--wall-now-ms", type=int,
+                   help="wall clock stamped into new tombstone horizons (default: the driver's clock at start)")
+    p.add_argument("--byte-budget", type=int, help="at most this many cleanable bytes (the cleaner manager's cap)")
+    p.add_argument("--run-id", help="journal run id (default: a new one)")
+    p.add_argument("--report", required=True, metavar="REPORT.json", help="where to write the JSON report")
+    p.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
+    p.add_argument("--numba-cache-dir", metavar="DIR",
+                   help="compiled-kernel cache writable by every executor "
+                        f"(default: <first log dir>/../{DEFAULT_NUMBA_CACHE})")
+    p.add_argument("--ui", action="store_true", help="enable the Spark UI (on the driver's bind address)")
+    args = p.parse_args(argv)
+    if args.partition is not None and args.topic is None:
+        p.error("--partition needs --topic")
+    if args.plan is None and args.now_ms is None:
+        p.error("--now-ms is required (the cycle's clock), unless --plan gives it")
+    return args
+
+
+# --- executor side (pickled by value with this module; imports stay inside) ------------------------------
+def _set_numba_cache(cache_dir: str) -> None:
+    # numba reads NUMBA_CACHE_DIR when first imported; spark.executorEnv sets it for new Python workers.
+    os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir)
+
+
+def probe_dirs(log_dirs: Sequence[str], expected: dict[str, list[str]], cache_dir: str) -> dict[str, Any]:
+    """What one executor sees of the log dirs, the partitions to clean and the numba cache dir."""
+    seen: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "dirs": {}}
+    for d in log_dirs:
+        path = Path(d)
+        problems = []
+        if not path.is_dir():
+            problems.append("does not exist or is not a directory")
+        else:
+            if not os.access(path, os.R_OK | os.X_OK | os.W_OK):
+                problems.append("is not readable and writable")
+            missing = [name for name in expected.get(d, []) if not (path / name).is_dir()]
+            if missing:
+                problems.append(f"lacks partition directories the driver sees: {', '.join(missing[:5])}")
+        seen["dirs"][d] = problems
+    try:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        seen["cache_problem"] = None if os.access(cache_dir, os.W_OK) else "is not writable"
+    except OSError as exc:
+        seen["cache_problem"] = f"cannot be created ({exc.strerror})"
+    time.sleep(0.05)  # keep each probe task busy a moment, so the probes spread over the executors
+    return seen
+
+
+def clean_one(target: dict[str, Any]) -> dict[str, Any]:
+    """Clean one partition in this executor; every outcome becomes a small dict, never an exception."""
+    _set_numba_cache(target["numba_cache_dir"])
+    started = time.time()
+    out: dict[str, Any] = {
+        "topic": target["topic"], "partition": target["partition"], "ok": False, "status": "failed",
+        "error": None, "error_type": None, "first_dirty_offset": target["first_dirty_offset"],
+        "first_uncleanable_offset": target["first_uncleanable_offset"], "host": socket.gethostname(),
+        "pid": os.getpid(), "task_started_at": started,
+    }
+    try:
+        from kafkalog.errors import KafkaLogError, LogLockedError
+        from kafkalog.log.config import BrokerConfig
+        from kafkalog.log.store import LogStore
+        from kafkalog.maintenance.cleaner import clean_partition
+    except ImportError as exc:
+        out.update(error=f"cannot import kafkalog on executor {socket.gethostname()} ({exc}); "
+                         f"spark.pyspark.python must be a Python with kafkalog installed",
+                   error_type=type(exc).__name__, task_finished_at=time.time())
+        return out
+    try:
+        for d in target["log_dirs"]:
+            if not os.path.isdir(d):
+                raise FileNotFoundError(f"log dir {d} does not exist on executor {socket.gethostname()}: {SHARED_HINT}")
+        store = LogStore(target["log_dirs"], BrokerConfig.from_properties(target["broker_properties"]))
+        location = store.locate(target["topic"], target["partition"])
+        out["log_dir"] = str(location.log_dir)
+        result = clean_partition(store, location, target["first_dirty_offset"], target["first_uncleanable_offset"],
+                                 now_ms=target["now_ms"], wall_now_ms=target["wall_now_ms"], run_id=target["run_id"])
+        out.update(ok=True, status="cleaned", end_offset=result.end_offset,
+                   groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict())
+    except LogLockedError as exc:
+        out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
+    except (KafkaLogError, OSError) as exc:
+        out.update(error=str(exc), error_type=type(exc).__name__)
+    except Exception as exc:  # a bug: report it with this partition rather than abort every other one
+        out.update(error=f"unexpected {type(exc).__name__}: {exc}", error_type=type(exc).__name__,
+                   traceback=traceback.format_exc(limit=8))
+    out["task_finished_at"] = time.time()
+    return out
+
+
+# --- driver: checks and plan -----------------------------------------------------------------------------
+def resolve_log_dirs(args: argparse.Namespace, broker_log_dirs: Sequence[str]) -> list[str]:
+    dirs = list(args.log_dir or [])
+    if not dirs and os.environ.get("KAFKALOG_LOG_DIRS"):
+        dirs = [d.strip() for d in os.environ["KAFKALOG_LOG_DIRS"].split(",") if d.strip()]
+    if not dirs:
+        dirs = list(broker_log_dirs)
+    if not dirs:
+        raise JobError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
+    out = []
+    for d in dirs:
+        path = Path(d)
+        if not path.is_dir():
+            raise JobError(f"log dir {d} does not exist or is not a directory (on the driver); {SHARED_HINT}")
+        if not os.access(path, os.R_OK | os.X_OK | os.W_OK):
+            raise JobError(f"log dir {d} is not readable and writable by this user on the driver")
+        out.append(str(path.resolve()))
+    return out
+
+
+def check_clocks(now_ms: int, wall_now_ms: int, driver_wall_ms: int) -> None:
+    if now_ms < 0:
+        raise JobError(f"--now-ms {now_ms}: must not be negative")
+    if now_ms > driver_wall_ms:
+        raise JobError(f"--now-ms {now_ms} is in the future (wall clock {driver_wall_ms}); a cycle may never "
+                       "decide more than is due now")
+    if wall_now_ms < now_ms:
+        raise JobError(f"--wall-now-ms {wall_now_ms} is before --now-ms {now_ms}; the cycle's clock is never "
+                       "ahead of the wall clock")
+
+
+def read_plan_file(path: str) -> tuple[int | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(now_ms, targets, plan-time errors) from ``kafkalog compact --dry-run --json`` output."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise JobError(f"cannot read plan {path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("selected"), list):
+        raise JobError(f"plan {path}: expected a JSON object with a 'selected' list "
+                       "(the output of `kafkalog compact --dry-run --json`)")
+    targets, seen = [], set()
+    for i, entry in enumerate(doc["selected"]):
+        try:
+            topic, partition = entry["topic"], entry["partition"]
+            first_dirty, first_uncleanable = entry["first_dirty_offset"], entry["first_uncleanable_offset"]
+        except (KeyError, TypeError):
+            raise JobError(f"plan {path}: selected[{i}] lacks topic/partition/first_dirty_offset/"
+                           "first_uncleanable_offset") from None
+        ints = (partition, first_dirty, first_uncleanable)
+        if not isinstance(topic, str) or not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) \
+                or partition < 0 or first_dirty < 0 or first_uncleanable < first_dirty:
+            raise JobError(f"plan {path}: selected[{i}] = {topic}-{partition} "
+                           f"[{first_dirty}, {first_uncleanable}) is not a valid range")
+        if (topic, partition) in seen:
+            raise JobError(f"plan {path}: {topic}-{partition} is selected twice")
+        seen.add((topic, partition))
+        targets.append({"topic": topic, "partition": partition, "first_dirty_offset": first_dirty,
+                        "first_uncleanable_offset": first_uncleanable})
+    errors = [{"topic": e.get("topic"), "partition": e.get("partition"), "ok": False, "status": "failed",
+               "stage": "plan", "error": e.get("error")} for e in doc.get("errors") or [] if isinstance(e, dict)]
+    now_ms = doc.get("now_ms")
+    return (now_ms if isinstance(now_ms, int) else None), targets, errors
+
+
+def build_plan(store: Any, args: argparse.Namespace, now_ms: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What ``kafkalog compact`` would clean now, with its checkpoint resets applied; (targets, errors)."""
+    from kafkalog.maintenance.compact import _apply_checkpoint_resets, snapshot_compacted_logs
+    from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
+
+    if args.topic is not None:
+        store.topic(args.topic)  # a clear error for an unknown topic
+    snapshots, failures = snapshot_compacted_logs(store, args.topic, args.partition)
+    plan = select_logs_to_clean(snapshots, now_ms, byte_budget=args.byte_budget)
+    if args.topic is not None:
+        chosen = [c for c in (log_to_clean(s, now_ms) for s in snapshots if s.config.compact) if c.cleanable_bytes > 0]
+    else:
+        chosen = list(plan.selected)
+    _apply_checkpoint_resets(store, plan)  # as compact() does before cleaning (Kafka: while choosing)
+    targets = [{"topic": c.topic, "partition": c.partition, "first_dirty_offset": c.first_dirty_offset,
+                "first_uncleanable_offset": c.first_uncleanable_offset, "cleanable_bytes": c.cleanable_bytes,
+                "dirty_ratio": round(c.dirty_ratio, 4)} for c in chosen]
+    errors = [{**f, "ok": False, "status": "failed", "stage": "plan"} for f in failures]
+    return targets, errors
+
+
+# --- driver: Spark ---------------------------------------------------------------------------------------
+def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # for a JVM this process launches (plain `python`)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python (SparkContext.pythonExec)
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf()  # under spark-submit: its --master and --conf values
+    if args.master:
+        conf.setMaster(args.master)
+    elif not conf.contains("spark.master"):
+        conf.setMaster("local[*]")
+    conf.setIfMissing("spark.app.name", "kafkalog-compact")
+    # Loopback unless spark-submit says otherwise (a multi-host cluster must pass a reachable driver host).
+    conf.setIfMissing("spark.driver.host", LOOPBACK)
+    conf.setIfMissing("spark.driver.bindAddress", LOOPBACK)
+    if args.ui:
+        conf.set("spark.ui.enabled", "true")
+    else:
+        conf.setIfMissing("spark.ui.enabled", "false")
+    conf.setIfMissing("spark.pyspark.python", sys.executable)
+    conf.setIfMissing("spark.pyspark.driver.python", sys.executable)
+    conf.set("spark.executorEnv.NUMBA_CACHE_DIR", numba_cache_dir)
+    conf.setIfMissing("spark.executorEnv.SPARK_LOCAL_IP", LOOPBACK)
+    sc = SparkContext.getOrCreate(conf)
+    sc.setLogLevel("WARN")
+    return sc
+
+
+def check_executors_see(sc: Any, log_dirs: list[str], targets: list[dict[str, Any]], store: Any,
+                        numba_cache_dir: str) -> dict[str, Any]:
+    expected: dict[str, list[str]] = {}
+    for t in targets:
+        try:
+            location = store.locate(t["topic"], t["partition"])
+        except Exception:  # noqa: BLE001 - a partition gone since planning fails in its own task
+            continue
+        expected.setdefault(str(location.log_dir), []).append(location.directory.name)
+    slices = max(2, 2 * sc.defaultParallelism)
+    views = sc.parallelize(range(slices), slices).map(
+        lambda _: probe_dirs(log_dirs, expected, numba_cache_dir)).collect()
+    for view in views:
+        where = f"executor on {view['host']} (pid {view['pid']})"
+        for d, problems in view["dirs"].items():
+            if problems:
+                raise JobError(f"log dir {d} {'; '.join(problems)} as seen by the {where}, though the driver "
+                               f"sees it: {SHARED_HINT}")
+        if view["cache_problem"]:
+            raise JobError(f"numba cache dir {numba_cache_dir} {view['cache_problem']} on the {where}; "
+                           "pass --numba-cache-dir DIR writable by every executor")
+    return {"probe_tasks": len(views), "python_workers_seen": sorted({f"{v['host']}:{v['pid']}" for v in views})}
+
+
+# --- driver: report --------------------------------------------------------------------------------------
+def write_report(path: str, doc: dict[str, Any]) -> None:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def totals(results: list[dict[str, Any]]) -> dict[str, int]:
+    out = {"partitions": len(results), "cleaned": 0, "locked": 0, "failed": 0, "bytes_read": 0,
+           "bytes_written": 0, "records_read": 0, "records_written": 0, "tombstones_removed": 0}
+    for r in results:
+        out[r["status"] if r["status"] in ("cleaned", "locked") else "failed"] += 1
+        for key in ("bytes_read", "bytes_written", "records_read", "records_written", "tombstones_removed"):
+            out[key] += int((r.get("stats") or {}).get(key, 0))
+    return out
+
+
+def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
+    timings: dict[str, Any] = doc["timings"]
+    driver_wall_ms = int(t0 * 1000)
+    from_plan: int | None = None
+    plan_targets: list[dict[str, Any]] = []
+    plan_errors: list[dict[str, Any]] = []
+    if args.plan:
+        from_plan, plan_targets, plan_errors = read_plan_file(args.plan)
+        if args.now_ms is not None and from_plan is not None and args.now_ms != from_plan:
+            raise JobError(f"--now-ms {args.now_ms} differs from the plan's now_ms {from_plan}; the plan's ranges "
+                           "were chosen at its clock")
+    now_ms = args.now_ms if args.now_ms is not None else from_plan
+    if now_ms is None:
+        raise JobError(f"plan {args.plan} has no now_ms: pass --now-ms")
+    wall_now_ms = args.wall_now_ms if args.wall_now_ms is not None else driver_wall_ms
+    check_clocks(now_ms, wall_now_ms, driver_wall_ms)
+    doc.update(now_ms=now_ms, wall_now_ms=wall_now_ms)
+
+    from kafkalog.errors import KafkaLogError  # these two do not import numba
+    from kafkalog.log.config import BrokerConfig, parse_properties
+
+    config_file = args.config_file or os.environ.get("KAFKALOG_CONFIG") or None
+    try:
+        broker_properties = parse_properties(Path(config_file).read_text(encoding="utf-8")) if config_file else {}
+        broker = BrokerConfig.from_properties(broker_properties)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobError(f"cannot read broker config file {config_file}: {exc}") from None
+    except KafkaLogError as exc:
+        raise JobError(f"{config_file}: {exc}") from None
+    log_dirs = resolve_log_dirs(args, broker.log_dirs)
+    doc["log_dirs"] = log_dirs
+    numba_cache_dir = str(Path(args.numba_cache_dir or Path(log_dirs[0]).parent / DEFAULT_NUMBA_CACHE).resolve())
+    try:
+        Path(numba_cache_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JobError(f"numba cache dir {numba_cache_dir} cannot be created ({exc.strerror}); "
+                       "pass --numba-cache-dir DIR writable by every executor") from None
+    os.environ["NUMBA_CACHE_DIR"] = numba_cache_dir  # before kafkalog imports numba in this process
+    doc["numba_cache_dir"] = numba_cache_dir
+
+    from kafkalog.log.store import LogStore
+    from kafkalog.maintenance.journal import new_run_id
+
+    try:
+        store = LogStore(log_dirs, broker)
+        run_id = args.run_id or new_run_id()
+        doc["run_id"] = run_id
+        if args.plan:
+            targets, errors = plan_targets, plan_errors
+            doc["plan"] = {"source": args.plan}
+        else:
+            targets, errors = build_plan(store, args, now_ms)
+            doc["plan"] = {"source": "cleaner-manager", "topic": args.topic, "partition": args.partition}
+    except KafkaLogError as exc:
+        raise JobError(str(exc)) from None
+    doc["plan"]["targets"] = targets
+    timings["plan_s"] = round(time.time() - t0, 3)
+
+    results: list[dict[str, Any]] = []
+    if targets:  # a cycle with nothing to clean does not pay for a Spark session
+        t_session = time.time()
+        sc = start_spark(args, numba_cache_dir)
+        try:
+            timings["session_start_s"] = round(time.time() - t_session, 3)
+            doc["spark"] = {"master": sc.master, "app_id": sc.applicationId,
+                            "default_parallelism": sc.defaultParallelism}
+            jvm_start = _jvm_start_s(sc)
+            if jvm_start is not None:
+                timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)
+            t_probe = time.time()
+            doc["spark"].update(check_executors_see(sc, log_dirs, targets, store, numba_cache_dir))
+            timings["executor_check_s"] = round(time.time() - t_probe, 3)
+            shipped = [{**t, "log_dirs": log_dirs, "broker_properties": broker_properties, "now_ms": now_ms,
+                        "wall_now_ms": wall_now_ms, "run_id": run_id, "numba_cache_dir": numba_cache_dir}
+                       for t in targets]
+            t_job = time.time()
+            results = sc.parallelize(shipped, numSlices=len(shipped)).map(clean_one).collect()
+            t_done = time.time()
+            timings["clean_job_s"] = round(t_done - t_job, 3)
+            timings["first_task_started_s"] = round(min(r["task_started_at"] for r in results) - t_job, 3)
+            timings["first_task_finished_s"] = round(min(r["task_finished_at"] for r in results) - t_job, 3)
+        finally:
+            sc.stop()
+        for r in results:
+            r["task_s"] = round(r["task_finished_at"] - r["task_started_at"], 3)
+    partitions = errors + results
+    doc["partitions"] = partitions
+    doc["totals"] = totals(partitions)
+    ok = all(p["ok"] for p in partitions)
+    doc["status"] = "ok" if ok else "partitions-failed"
+    return EXIT_OK if ok else EXIT_PARTITIONS_FAILED
+
+
+def _jvm_start_s(sc: Any) -> float | None:
+    try:
+        return float(sc._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getStartTime()) / 1000
+    except Exception:  # noqa: BLE001 - a timing nicety only
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    t0 = time.time()
+    args = parse_args(argv)
+    doc: dict[str, Any] = {"version": REPORT_VERSION, "status": "refused", "started_at": t0, "timings": {},
+                           "partitions": [], "totals": totals([])}
+    code = EXIT_REFUSED
+    try:
+        code = run(args, doc, t0)
+    except JobError as exc:
+        doc["error"] = str(exc)
+        print(f"compact_logs: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # Spark itself failed: still leave a report saying so
+        doc.update(status="spark-failed", error=f"{type(exc).__name__}: {exc}")
+        print(f"compact_logs: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        traceback.print_exc()
+    doc["timings"]["total_s"] = round(time.time() - t0, 3)
+    write_report(args.report, doc)
+    t = doc["totals"]
+    print(f"compact_logs: {doc['status']}: {t['cleaned']} cleaned, {t['locked']} locked, {t['failed']} failed "
+          f"of {t['partitions']} partitions in {doc['timings']['total_s']:.1f} s; report {args.report}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -155,8 +155,9 @@ print(json.dumps({"startup_s": t1 - t0, "clean_s": t2 - t1, "stats": result.stat
 def time_compaction(work: Path) -> dict[str, object]:
     now_ms = int(time.time() * 1000)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(work), str(now_ms)], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(work), str(now_ms)], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"compaction failed:\n{out.stderr}")
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     doc: dict[str, object] = json.loads(out.stdout)
     doc["peak_rss_mib"] = max(peak_kib, before) / 1024

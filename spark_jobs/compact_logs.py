@@ -29,6 +29,7 @@ import socket
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -240,6 +241,8 @@ def build_plan(store: Any, args: argparse.Namespace, now_ms: int) -> tuple[list[
 
 # --- driver: Spark ---------------------------------------------------------------------------------------
 def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
+    # pyspark warns about the pinned pandas 3 on import; this job uses no pandas API.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # for a JVM this process launches (plain `python`)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python (SparkContext.pythonExec)
     from pyspark import SparkConf, SparkContext
@@ -250,6 +253,7 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     elif not conf.contains("spark.master"):
         conf.setMaster("local[*]")
     conf.setIfMissing("spark.app.name", "kafkalog-compact")
+    conf.setIfMissing("spark.log.level", "WARN")  # applied as the context starts: its INFO lines are noise here
     # Loopback unless spark-submit says otherwise (a multi-host cluster must pass a reachable driver host).
     conf.setIfMissing("spark.driver.host", LOOPBACK)
     conf.setIfMissing("spark.driver.bindAddress", LOOPBACK)
@@ -261,9 +265,7 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     conf.setIfMissing("spark.pyspark.driver.python", sys.executable)
     conf.set("spark.executorEnv.NUMBA_CACHE_DIR", numba_cache_dir)
     conf.setIfMissing("spark.executorEnv.SPARK_LOCAL_IP", LOOPBACK)
-    sc = SparkContext.getOrCreate(conf)
-    sc.setLogLevel("WARN")
-    return sc
+    return SparkContext.getOrCreate(conf)
 
 
 def check_executors_see(sc: Any, log_dirs: list[str], targets: list[dict[str, Any]], store: Any,

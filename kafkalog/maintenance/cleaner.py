@@ -405,7 +405,10 @@ def _assemble_compiled(data: bytes, batches: BatchColumns, records: RecordColumn
     records of rebuilt compressed batches with their codec and fills in the CRCs."""
     has_horizon = (batches.attributes & fmt.DELETE_HORIZON_MASK) != 0
     horizon = np.where(needs_horizon, clock.horizon_ms, np.where(has_horizon, batches.base_timestamp, -1))
-    out = np.empty(len(data) + 10 * len(records) + 61 * len(batches), dtype=np.uint8)
+    # Room for every batch copied, plus every record rebuilt uncompressed with a timestamp delta that
+    # grew to 10 bytes (a stamped horizon), plus an empty header for every batch.
+    rebuilt_bytes = int(records.record_size.sum(dtype=np.int64)) if len(records) else 0
+    out = np.empty(len(data) + rebuilt_bytes + 10 * len(records) + 61 * len(batches), dtype=np.uint8)
     end, starts, needs_crc = assemble_uncompressed(
         as_array(data), batches.position, batches.size, action.astype(np.int64), row_start.astype(np.int64),
         keep, horizon.astype(np.int64), records.data, records.record_pos, records.record_size, records.timestamp,

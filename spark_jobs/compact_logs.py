@@ -247,7 +247,10 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python (SparkContext.pythonExec)
     from pyspark import SparkConf, SparkContext
 
-    conf = SparkConf()  # under spark-submit: its --master and --conf values
+    # Attach to spark-submit's JVM (or launch one) first: only a JVM-backed SparkConf sees spark-submit's
+    # --master and --conf values, which the defaults below must not override.
+    SparkContext._ensure_initialized()
+    conf = SparkConf()
     if args.master:
         conf.setMaster(args.master)
     elif not conf.contains("spark.master"):

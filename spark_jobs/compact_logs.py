@@ -83,6 +83,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 # --- executor side (pickled by value with this module; imports stay inside) ------------------------------
+def executor_name() -> str:
+    """This Python worker's executor: its work dir on a cluster (unique per executor), else the driver's."""
+    work_dir = os.environ.get("SPARK_EXECUTOR_DIRS", "")
+    return os.path.basename(work_dir.split(os.pathsep)[0]) if work_dir else "driver"
+
+
 def _set_numba_cache(cache_dir: str) -> None:
     # numba reads NUMBA_CACHE_DIR when first imported; spark.executorEnv sets it for new Python workers.
     os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir)
@@ -90,7 +96,8 @@ def _set_numba_cache(cache_dir: str) -> None:
 
 def probe_dirs(log_dirs: Sequence[str], expected: dict[str, list[str]], cache_dir: str) -> dict[str, Any]:
     """What one executor sees of the log dirs, the partitions to clean and the numba cache dir."""
-    seen: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "dirs": {}}
+    seen: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "executor": executor_name(),
+                            "dirs": {}}
     for d in log_dirs:
         path = Path(d)
         problems = []
@@ -120,7 +127,7 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
         "topic": target["topic"], "partition": target["partition"], "ok": False, "status": "failed",
         "error": None, "error_type": None, "first_dirty_offset": target["first_dirty_offset"],
         "first_uncleanable_offset": target["first_uncleanable_offset"], "host": socket.gethostname(),
-        "pid": os.getpid(), "task_started_at": started,
+        "executor": executor_name(), "pid": os.getpid(), "task_started_at": started,
     }
     try:
         from kafkalog.errors import KafkaLogError, LogLockedError
@@ -292,7 +299,7 @@ def check_executors_see(sc: Any, log_dirs: list[str], targets: list[dict[str, An
         if view["cache_problem"]:
             raise JobError(f"numba cache dir {numba_cache_dir} {view['cache_problem']} on the {where}; "
                            "pass --numba-cache-dir DIR writable by every executor")
-    return {"probe_tasks": len(views), "python_workers_seen": sorted({f"{v['host']}:{v['pid']}" for v in views})}
+    return {"probe_tasks": len(views), "executors_seen": sorted({f"{v['host']}/{v['executor']}" for v in views})}
 
 
 # --- driver: report --------------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 It creates two topics in a fresh log dir (a delete-policy topic with one partition per codec and a
 compacted changelog with tombstones), appends enough records to roll several segments, then prints
-``kafka-dump-log`` style output of one segment and the result of a full verification.
+``kafka-dump-log`` style output of one segment, what retention would delete at the demo's clock and
+why it waits for the rest, compacts the changelog, and verifies everything.
 """
 
 from __future__ import annotations
 
+import io
 import shutil
 from pathlib import Path
 from typing import TextIO
@@ -14,7 +16,10 @@ from typing import TextIO
 from kafkalog.errors import LogDirError
 from kafkalog.format.compression import CompressionType
 from kafkalog.log import names
+from kafkalog.log.snapshot import snapshot_log
 from kafkalog.log.store import LogStore
+from kafkalog.maintenance.compact import compact
+from kafkalog.policy.retention import plan_retention
 from kafkalog.tools.dump import dump_files
 from kafkalog.tools.verify import verify_store
 
@@ -32,7 +37,7 @@ def run_demo(directory: Path, out: TextIO) -> int:
     (directory / DEMO_MARKER).touch()
     store = LogStore([directory])
     codecs = list(CompressionType)
-    store.create_topic("demo-events", len(codecs), {"segment.bytes": "65536"})
+    store.create_topic("demo-events", len(codecs), {"segment.bytes": "16384", "retention.ms": "3600000"})
     store.create_topic("demo-changelog", 1, {"cleanup.policy": "compact", "segment.bytes": "16384"})
     for partition, codec in enumerate(codecs):
         rows: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]] = [
@@ -57,11 +62,23 @@ def run_demo(directory: Path, out: TextIO) -> int:
     first = store.locate("demo-events", CompressionType.LZ4)
     segment = names.log_file(first.directory, 0)
     out.write("\n$ kafkalog dump --deep-iteration --files " + str(segment) + " (first 12 lines)\n")
-    import io
-
     buffer = io.StringIO()
     dump_files([segment], deep_iteration=True, out=buffer, err=buffer)
     out.write("".join(buffer.getvalue().splitlines(keepends=True)[:12]))
+    now_ms = BASE_TIMESTAMP_MS + 4_500_000  # the demo's clock: 75 min after its first record
+    out.write("\n$ kafkalog retention plan --now-ms " + str(now_ms) + "  (retention.ms = 1 h on demo-events)\n")
+    for location in store.partitions("demo-events"):
+        tp = location.topic_partition
+        plan = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                                           now_ms=now_ms), now_ms)
+        out.write(f"  {tp}: {len(plan.segments)} segments ({plan.bytes} bytes) deletable; "
+                  f"waiting: {'; '.join(str(b) for b in plan.blocked_by) or '-'}\n")
+    result = compact(store, now_ms=now_ms, topic="demo-changelog")
+    for cleaned in result.cleaned:
+        s = cleaned.stats
+        out.write(f"\n$ kafkalog compact --topic demo-changelog\n  {cleaned.topic}-{cleaned.partition}: "
+                  f"cleaned [{cleaned.first_dirty_offset}, {cleaned.end_offset}): {s.records_read} -> "
+                  f"{s.records_written} records, {s.bytes_read} -> {s.bytes_written} bytes\n")
     report = verify_store(store)
     records = sum(p.records for p in report.partitions)
     out.write(f"\n$ kafkalog verify\n{'OK' if report.ok else 'FAILED'}: {len(report.partitions)} partitions, "

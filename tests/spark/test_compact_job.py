@@ -1,0 +1,486 @@
+"""The Spark compaction job (``spark_jobs/compact_logs.py``) against the single-process cleaner.
+
+Real Spark, submitted with the venv's ``spark-submit`` as a subprocess in its own session: on
+``local[2]`` and on a standalone master with two one-core workers on 127.0.0.1. For the same input
+and the same two clocks (``--now-ms`` and ``--wall-now-ms``) the job must write the segments
+``compact()`` writes in one process, byte for byte (the journal, which records who ran and how long,
+and the empty lock files aside). A locked and a corrupt partition are reported and left untouched
+while the rest is compacted; killing the whole job mid-run leaves every partition recoverable to old
+or new per segment group.
+
+Skipped with the reason when pyspark or Java is missing, except under ``CI=true`` where that fails.
+Processes are stopped by process group and by the ids of their descendants, never by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import ipaddress
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+
+from kafkalog.format.compression import CompressionType
+from kafkalog.format.scan import scan_batches, scan_records
+from kafkalog.log import names
+from kafkalog.log.lock import cleaner_lock
+from kafkalog.log.store import LogStore
+from kafkalog.maintenance import cleaner
+from kafkalog.maintenance import compact as compact_module
+from kafkalog.maintenance.compact import CompactReport
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = REPO / "spark_jobs" / "compact_logs.py"
+BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
+TOPIC = "changes"
+DAY = 86_400_000
+CODECS = (None, CompressionType.LZ4, CompressionType.ZSTD)  # one per partition
+NOT_COMPARED = {names.JOURNAL_FILE, names.PARTITION_LOCK_FILE, names.CLEANER_LOCK_FILE, names.ADMIN_LOCK_FILE}
+JOB_TIMEOUT_S = 150
+
+
+# --- Spark availability and process handling ----------------------------------------------------------
+def _spark_missing() -> str | None:
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install -c constraints.txt -e '.[pipeline]')"
+    java_home = os.environ.get("JAVA_HOME")
+    if not shutil.which("java") and not (java_home and (Path(java_home) / "bin" / "java").exists()):
+        return "Java is not installed (Spark 4 needs a JDK/JRE 17)"
+    for script in ("spark-submit", "spark-class"):
+        if not (BIN / script).exists():
+            return f"{BIN / script} not found (pyspark's scripts are installed beside the venv's python)"
+    return None
+
+
+@dataclass(frozen=True)
+class Spark:
+    env: dict[str, str]
+    numba_cache_dir: Path
+    scratch: Path
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Spark:
+    reason = _spark_missing()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI must run the Spark tests")
+        pytest.skip(reason)
+    import pyspark
+
+    scratch = tmp_path_factory.mktemp("spark")
+    env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_DIRS=str(scratch))
+    # Shared by every job of this module: only the first one pays numba's compilation.
+    return Spark(env, scratch / "numba-cache", scratch)
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        out += kids
+        frontier += kids
+    return out
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a process started with start_new_session=True: its group, then every descendant by id
+    (pyspark's worker daemon puts itself and its workers in a process group of their own)."""
+    pids = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+def _listening_addresses(roots: Sequence[int]) -> set[str]:
+    """Local addresses of the TCP sockets listening in these processes or their descendants."""
+    inodes: set[str] = set()
+    for pid in [p for r in roots for p in (r, *_descendants(r))]:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_ip = cols[1].split(":")[0]
+            raw = b"".join(bytes.fromhex(hex_ip[i:i + 8])[::-1] for i in range(0, len(hex_ip), 8))
+            ip = ipaddress.ip_address(raw)
+            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+            found.add(str(mapped or ip))
+    return found
+
+
+@dataclass
+class JobRun:
+    code: int
+    report: dict[str, Any]
+    stdout: str
+    stderr: str
+    seconds: float
+    listening: set[str] = field(default_factory=set)
+
+    def explain(self) -> str:
+        return f"exit {self.code}\n--- stdout\n{self.stdout[-3000:]}\n--- stderr\n{self.stderr[-6000:]}"
+
+
+def _start(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wall_ms: int, *,
+           master: str = "local[2]", conf: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    cmd = [str(BIN / "spark-submit"), "--master", master]
+    for item in conf:
+        cmd += ["--conf", item]
+    cmd += [str(JOB), *[a for d in log_dirs for a in ("--log-dir", str(d))], "--now-ms", str(now_ms),
+            "--wall-now-ms", str(wall_ms), "--report", str(report), "--numba-cache-dir", str(spark.numba_cache_dir)]
+    out = open(report.with_suffix(".stdout"), "wb")  # noqa: SIM115 - closed when the child has it
+    err = open(report.with_suffix(".stderr"), "wb")  # noqa: SIM115
+    with out, err:
+        return subprocess.Popen(cmd, env=spark.env, stdout=out, stderr=err, cwd=spark.scratch,
+                                start_new_session=True)
+
+
+def _submit(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wall_ms: int, *,
+            master: str = "local[2]", conf: Sequence[str] = (), watch: Sequence[int] = ()) -> JobRun:
+    """Run the job to its end, noting every address a process of the job (or of ``watch``) listens on."""
+    started = time.perf_counter()
+    proc = _start(spark, log_dirs, report, now_ms, wall_ms, master=master, conf=conf)
+    listening: set[str] = set()
+    try:
+        while proc.poll() is None:
+            listening |= _listening_addresses([proc.pid, *watch])
+            if time.perf_counter() - started > JOB_TIMEOUT_S:
+                pytest.fail(f"spark-submit still running after {JOB_TIMEOUT_S} s")
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc)
+    seconds = time.perf_counter() - started
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    return JobRun(proc.returncode, doc, report.with_suffix(".stdout").read_text(errors="replace"),
+                  report.with_suffix(".stderr").read_text(errors="replace"), seconds, listening)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _standalone_cluster(spark: Spark, workdir: Path, workers: int = 2) -> Iterator[tuple[str, list[int]]]:
+    """A master and ``workers`` one-core workers on 127.0.0.1; yields (master URL, their pids)."""
+    port, webui = _free_port(), _free_port()
+    env = dict(spark.env, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")  # no REST port 6066
+    workdir.mkdir()
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def launch(name: str, *args: str) -> None:
+        with open(workdir / f"{name}.out", "wb") as log:
+            procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True))
+
+    url = f"spark://127.0.0.1:{port}"
+    try:
+        launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+               "--webui-port", str(webui))
+        for i in range(workers):
+            launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+                   "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(workdir / f"work{i}"), url)
+        deadline = time.monotonic() + 90
+        alive = 0
+        while alive < workers:
+            for p, name in zip(procs, ["master", *[f"worker{i}" for i in range(workers)]], strict=True):
+                if p.poll() is not None:
+                    pytest.fail(f"{name} exited with {p.returncode}:\n{(workdir / f'{name}.out').read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"only {alive} of {workers} workers ALIVE after 90 s")
+            time.sleep(0.25)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as response:
+                    state = json.load(response)
+            except OSError:
+                continue
+            alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+        yield url, [p.pid for p in procs]
+    finally:
+        for p in reversed(procs):
+            _kill_tree(p)
+
+
+# --- logs ---------------------------------------------------------------------------------------------
+def _build(log_dir: Path, *, segments: int, seed: int = 7) -> None:
+    """A compacted topic of three partitions (one codec each) of ``segments`` ~2 KB segments over 80 keys
+    with tombstones. The first half was cleaned once, at a clock three days old, so the delete horizons
+    stamped on its tombstones have passed now; the second half is dirty and leaves keys 0-19 alone (so
+    some of those tombstones are still their key's latest record, and go now)."""
+    store = LogStore([log_dir], create_missing=True)
+    store.create_topic(TOPIC, len(CODECS), {"cleanup.policy": "compact", "segment.bytes": "2048",
+                                            "delete.retention.ms": str(DAY)})
+    rng = random.Random(seed)
+    base_ts = int(time.time() * 1000) - 4 * DAY
+    n = 0
+
+    def write(partition: int, count: int, first_key: int) -> None:
+        nonlocal n
+        with store.writable_log(store.locate(TOPIC, partition)) as log:
+            target = len(log.segments) + count
+            while len(log.segments) < target:
+                rows = []
+                for _ in range(4):
+                    key = f"key-{rng.randrange(first_key, 80):03d}".encode()
+                    value = None if rng.random() < 0.08 else f"value-{n}-".encode() + b"x" * rng.randrange(40)
+                    rows.append((key, value, (), base_ts + n))
+                    n += 1
+                log.append_records(rows, batch_records=rng.choice([1, 2, 4]), compression=CODECS[partition],
+                                   now_ms=base_ts)
+
+    for partition in range(len(CODECS)):
+        write(partition, segments // 2, 0)
+        location = store.locate(TOPIC, partition)
+        active = store.open_log(location, read_only=True).active_segment.base_offset
+        cleaner.clean_partition(store, location, 0, active, now_ms=base_ts + DAY, wall_now_ms=base_ts + DAY)
+        write(partition, segments - segments // 2, 20)
+    for leftover in log_dir.rglob(f"*{names.DELETED_SUFFIX}"):
+        leftover.unlink()  # as if swept
+
+
+def _copy(template: Path, to: Path) -> Path:
+    shutil.copytree(template, to)
+    return to
+
+
+def _digest(root: Path) -> dict[str, str]:
+    """Relative path -> sha256 of every file but the journal and the (empty) lock files."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name not in NOT_COMPARED}
+
+
+def _compact_single_process(log_dir: Path, now_ms: int, wall_ms: int) -> CompactReport:
+    """``compact()`` as ``kafkalog compact`` runs it, with its wall clock pinned for the comparison."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compact_module, "clean_partition", functools.partial(cleaner.clean_partition, wall_now_ms=wall_ms))
+        return compact_module.compact(LogStore([log_dir]), now_ms=now_ms)
+
+
+def _clocks() -> tuple[int, int]:
+    now_ms = int(time.time() * 1000) - 1000
+    return now_ms, now_ms + 500
+
+
+Rec = tuple[int, bytes | None, bytes | None, int]
+
+
+def _records(log_dir: Path, partition: int) -> list[Rec]:
+    store = LogStore([log_dir])
+    out: list[Rec] = []
+    for segment in store.open_log(store.locate(TOPIC, partition), read_only=True).segments:
+        data = segment.log_path.read_bytes()
+        recs = scan_records(data, scan_batches(data))
+        out += [(int(recs.offset[i]), recs.key(i), recs.value(i), int(recs.timestamp[i])) for i in range(len(recs))]
+    return out
+
+
+def _live(records: list[Rec]) -> dict[bytes | None, bytes]:
+    """Each key's latest value; a key whose latest record is a tombstone has none (and the tombstone may
+    go once its delete horizon has passed)."""
+    latest = {key: value for _, key, value, _ in records}
+    return {key: value for key, value in latest.items() if value is not None}
+
+
+def _bases(partition_dir: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in partition_dir.iterdir() if p.name.endswith(names.LOG_SUFFIX))
+
+
+def _print_timings(label: str, run: JobRun) -> None:
+    print(f"\n{label}: spark-submit {run.seconds:.1f} s; report timings {run.report.get('timings')}")
+
+
+# --- the tests ----------------------------------------------------------------------------------------
+def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path: Path, spark: Spark) -> None:
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=20)
+    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    now_ms, wall_ms = _clocks()
+
+    reference = _compact_single_process(single, now_ms, wall_ms)
+    assert [(r.topic, r.partition) for r in sorted(reference.cleaned, key=lambda r: r.partition)] == \
+        [(TOPIC, p) for p in range(3)] and not reference.failures
+    assert sum(r.stats.tombstones_removed for r in reference.cleaned) > 0  # the old horizons have passed
+
+    run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms)
+    _print_timings("local[2]", run)
+    assert run.code == 0, run.explain()
+    report = run.report
+    assert report["status"] == "ok" and report["now_ms"] == now_ms and report["wall_now_ms"] == wall_ms
+    assert report["totals"]["cleaned"] == 3 and report["totals"]["failed"] == 0
+    assert {(p["topic"], p["partition"]): p["end_offset"] for p in report["partitions"]} == \
+        {(r.topic, r.partition): r.end_offset for r in reference.cleaned}
+    assert report["totals"]["bytes_written"] == sum(r.stats.bytes_written for r in reference.cleaned)
+    assert set(report["timings"]) >= {"plan_s", "session_start_s", "executor_check_s", "clean_job_s",
+                                      "first_task_started_s", "total_s"}
+
+    assert _digest(distributed) == _digest(single)
+    assert _digest(distributed) != _digest(template)
+    # The executors compiled into the shared cache dir, not per task into site-packages.
+    assert any(spark.numba_cache_dir.rglob("*.nbi")), "numba wrote no cache index into --numba-cache-dir"
+    assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
+
+
+def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path: Path, spark: Spark) -> None:
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=12)
+    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    now_ms, wall_ms = _clocks()
+    _compact_single_process(single, now_ms, wall_ms)
+
+    locked, corrupt = distributed / f"{TOPIC}-1", distributed / f"{TOPIC}-2"
+    store = LogStore([distributed])
+    segment = store.open_log(store.locate(TOPIC, 2), read_only=True).segments[-2]  # not the active one
+    data = bytearray(segment.log_path.read_bytes())
+    data[65] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    segment.log_path.write_bytes(bytes(data))
+    before = {d: _digest(d) for d in (locked, corrupt)}
+
+    with cleaner_lock(locked, timeout_s=0):  # another cleaner is busy with partition 1
+        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms)
+    _print_timings("local[2], locked + corrupt", run)
+    assert run.code == 2, run.explain()
+    by_partition = {p["partition"]: p for p in run.report["partitions"]}
+    assert run.report["status"] == "partitions-failed"
+    assert by_partition[0]["status"] == "cleaned" and by_partition[0]["ok"]
+    assert by_partition[1]["status"] == "locked" and not by_partition[1]["ok"]
+    assert "locked" in by_partition[1]["error"]
+    assert by_partition[2]["status"] == "failed" and not by_partition[2]["ok"] and by_partition[2]["error"]
+    totals = run.report["totals"]
+    assert (totals["cleaned"], totals["locked"], totals["failed"]) == (1, 1, 1)
+
+    assert {d: _digest(d) for d in (locked, corrupt)} == before
+    assert _digest(distributed / f"{TOPIC}-0") == _digest(single / f"{TOPIC}-0")
+
+
+def test_standalone_cluster_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=20, seed=11)
+    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    now_ms, wall_ms = _clocks()
+    _compact_single_process(single, now_ms, wall_ms)
+
+    started = time.perf_counter()
+    with _standalone_cluster(spark, tmp_path / "cluster") as (url, cluster_pids):
+        cluster_s = time.perf_counter() - started
+        # Wait for both executors before scheduling, so the partitions spread over both workers.
+        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master=url,
+                      conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"],
+                      watch=cluster_pids)
+    print(f"\nstandalone: master + 2 workers ALIVE after {cluster_s:.1f} s")
+    _print_timings("standalone", run)
+    assert run.code == 0, run.explain()
+    assert run.report["spark"]["master"] == url
+    executors = {p["executor"] for p in run.report["partitions"]}
+    assert len(executors) == 2 and "driver" not in executors, run.report["partitions"]
+    assert _digest(distributed) == _digest(single)
+    assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
+
+
+def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: Spark) -> None:
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=60, seed=5)
+    partitions = range(len(CODECS))
+    before = {p: _records(template, p) for p in partitions}
+    now_ms, wall_ms = _clocks()
+    ref = _copy(template, tmp_path / "ref" / "logs")
+    reference_report = _compact_single_process(ref, now_ms, wall_ms)
+    reference = {p: _records(ref, p) for p in partitions}
+    groups = {r.partition: r.groups for r in reference_report.cleaned}
+    assert set(groups) == set(partitions)
+    assert all(_live(reference[p]) == _live(before[p]) for p in partitions)
+    old_segments = sum(len(old) for g in groups.values() for old, _ in g)
+
+    victim = _copy(template, tmp_path / "killed" / "logs")
+    dirs = [victim / f"{TOPIC}-{p}" for p in partitions]
+    proc = _start(spark, [victim], tmp_path / "report.json", now_ms, wall_ms)
+    swapped = 0
+    try:
+        while proc.poll() is None:  # kill when half of all old segments have been swapped out
+            swapped = sum(1 for d in dirs for n in os.listdir(d) if n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX))
+            if swapped >= old_segments // 2:
+                break
+            time.sleep(0.0005)
+    finally:
+        _kill_tree(proc)
+    assert proc.returncode == -signal.SIGKILL, "the job finished before half of its swaps: nothing was killed"
+
+    recovered = run_cli("recover", "--log-dir", str(victim))
+    assert recovered.code == 0, recovered.err
+    verified = run_cli("verify", "--log-dir", str(victim))
+    assert verified.code == 0, verified.out + verified.err
+
+    new_groups = old_groups = 0
+    for p in partitions:
+        after = _records(victim, p)
+        assert _live(after) == _live(before[p]), f"partition {p} lost a key's latest value"
+        old_bases = _bases(template / f"{TOPIC}-{p}")
+        for old, _new in groups[p]:
+            low = old[0]
+            high = next((b for b in old_bases if b > old[-1]), old_bases[-1])
+            got = [r for r in after if low <= r[0] < high]
+            if got == [r for r in before[p] if low <= r[0] < high]:
+                old_groups += 1
+            else:
+                assert got == [r for r in reference[p] if low <= r[0] < high], (p, old)
+                new_groups += 1
+        tail = old_bases[-1]
+        assert [r for r in after if r[0] >= tail] == [r for r in before[p] if r[0] >= tail]
+    print(f"\nkilled after {swapped} of {old_segments} segment swaps: {new_groups} groups new, {old_groups} old")
+    assert new_groups and old_groups, "the kill did not land mid-run"
+
+    # Compacting again finishes the work without losing anything.
+    again = _compact_single_process(victim, now_ms, wall_ms)
+    assert not again.failures
+    assert {p: _live(_records(victim, p)) for p in partitions} == {p: _live(before[p]) for p in partitions}
+    assert run_cli("verify", "--log-dir", str(victim)).code == 0

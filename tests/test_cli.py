@@ -255,3 +255,17 @@ def test_bad_broker_config_value_names_the_key(tmp_path: Path) -> None:
                      "--topic", "t")
     assert result.code == 1 and "log.segment.bytes" in result.err
     assert not (tmp_path / "logs").exists()
+
+
+def test_demo_writes_dumps_retains_compacts_and_verifies(tmp_path: Path) -> None:
+    result = run_cli("demo", "--dir", str(tmp_path / "demo"))
+    assert result.code == 0, result.err
+    assert "compresscodec: lz4" in result.out
+    assert "demo-changelog-0: cleaned [0, 850): 850 -> 100 records" in result.out
+    assert "OK: 6 partitions" in result.out
+    assert run_cli("verify", "--log-dir", str(tmp_path / "demo")).code == 0
+    # A second run replaces its own demo dir, but never a directory it did not create.
+    assert run_cli("demo", "--dir", str(tmp_path / "demo")).code == 0
+    (tmp_path / "mine").mkdir()
+    refused = run_cli("demo", "--dir", str(tmp_path / "mine"))
+    assert refused.code == 1 and "not a kafkalog demo dir" in refused.err

@@ -42,6 +42,9 @@ SHARED_HINT = ("every log dir must be on a volume mounted at the same path on th
                "Spark worker (NFS, or the deployment's shared log volume)")
 
 
+Targets = list[dict[str, Any]]
+
+
 class JobError(Exception):
     """The job refuses to run; the message says why and what to do."""
 
@@ -225,9 +228,9 @@ def read_plan_file(path: str) -> tuple[int | None, list[dict[str, Any]], list[di
     return (now_ms if isinstance(now_ms, int) else None), targets, errors
 
 
-def build_plan(store: Any, args: argparse.Namespace, now_ms: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """What ``kafkalog compact`` would clean now, with its checkpoint resets applied; (targets, errors)."""
-    from kafkalog.maintenance.compact import _apply_checkpoint_resets, snapshot_compacted_logs
+def build_plan(store: Any, args: argparse.Namespace, now_ms: int) -> tuple[Targets, Targets, Any]:
+    """What ``kafkalog compact`` would clean now: (targets, errors, the plan for its checkpoint resets)."""
+    from kafkalog.maintenance.compact import snapshot_compacted_logs
     from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
 
     if args.topic is not None:
@@ -238,12 +241,11 @@ def build_plan(store: Any, args: argparse.Namespace, now_ms: int) -> tuple[list[
         chosen = [c for c in (log_to_clean(s, now_ms) for s in snapshots if s.config.compact) if c.cleanable_bytes > 0]
     else:
         chosen = list(plan.selected)
-    _apply_checkpoint_resets(store, plan)  # as compact() does before cleaning (Kafka: while choosing)
     targets = [{"topic": c.topic, "partition": c.partition, "first_dirty_offset": c.first_dirty_offset,
                 "first_uncleanable_offset": c.first_uncleanable_offset, "cleanable_bytes": c.cleanable_bytes,
                 "dirty_ratio": round(c.dirty_ratio, 4)} for c in chosen]
     errors = [{**f, "ok": False, "status": "failed", "stage": "plan"} for f in failures]
-    return targets, errors
+    return targets, errors, plan
 
 
 # --- driver: Spark ---------------------------------------------------------------------------------------
@@ -257,6 +259,13 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     # Attach to spark-submit's JVM (or launch one) first: only a JVM-backed SparkConf sees spark-submit's
     # --master and --conf values, which the defaults below must not override.
     SparkContext._ensure_initialized()
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    jvm_local_ip = jvm.java.lang.System.getenv("SPARK_LOCAL_IP")
+    if args.ui and not jvm_local_ip:
+        # The UI binds to $SPARK_LOCAL_IP of the JVM's environment, or to every interface; no conf moves it.
+        raise JobError("--ui: SPARK_LOCAL_IP is not set in spark-submit's environment, so the Spark UI would "
+                       "listen on every interface; export SPARK_LOCAL_IP=127.0.0.1 before spark-submit")
     conf = SparkConf()
     if args.master:
         conf.setMaster(args.master)
@@ -274,19 +283,21 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     conf.setIfMissing("spark.pyspark.python", sys.executable)
     conf.setIfMissing("spark.pyspark.driver.python", sys.executable)
     conf.set("spark.executorEnv.NUMBA_CACHE_DIR", numba_cache_dir)
+    # A speculative copy of a task would find the partition's cleaner lock taken and report "locked", and
+    # whichever attempt loses is killed mid-swap: one attempt per partition.
+    conf.set("spark.speculation", "false")
     conf.setIfMissing("spark.executorEnv.SPARK_LOCAL_IP", LOOPBACK)
     return SparkContext.getOrCreate(conf)
 
 
 def check_executors_see(sc: Any, log_dirs: list[str], targets: list[dict[str, Any]], store: Any,
                         numba_cache_dir: str) -> dict[str, Any]:
+    locations = {(loc.topic_partition.topic, loc.topic_partition.partition): loc for loc in store.partitions()}
     expected: dict[str, list[str]] = {}
     for t in targets:
-        try:
-            location = store.locate(t["topic"], t["partition"])
-        except Exception:  # noqa: BLE001 - a partition gone since planning fails in its own task
-            continue
-        expected.setdefault(str(location.log_dir), []).append(location.directory.name)
+        location = locations.get((t["topic"], t["partition"]))
+        if location is not None:  # a partition gone since planning fails in its own task
+            expected.setdefault(str(location.log_dir), []).append(location.directory.name)
     slices = max(2, 2 * sc.defaultParallelism)
     views = sc.parallelize(range(slices), slices).map(
         lambda _: probe_dirs(log_dirs, expected, numba_cache_dir)).collect()
@@ -321,91 +332,116 @@ def totals(results: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
-    timings: dict[str, Any] = doc["timings"]
-    driver_wall_ms = int(t0 * 1000)
-    from_plan: int | None = None
-    plan_targets: list[dict[str, Any]] = []
-    plan_errors: list[dict[str, Any]] = []
-    if args.plan:
-        from_plan, plan_targets, plan_errors = read_plan_file(args.plan)
-        if args.now_ms is not None and from_plan is not None and args.now_ms != from_plan:
-            raise JobError(f"--now-ms {args.now_ms} differs from the plan's now_ms {from_plan}; the plan's ranges "
-                           "were chosen at its clock")
-    now_ms = args.now_ms if args.now_ms is not None else from_plan
+def resolve_clocks(args: argparse.Namespace, plan_now_ms: int | None, t0: float) -> tuple[int, int]:
+    """(now_ms, wall_now_ms): the cycle's clock and the one wall clock every task stamps horizons with."""
+    if args.now_ms is not None and plan_now_ms is not None and args.now_ms != plan_now_ms:
+        raise JobError(f"--now-ms {args.now_ms} differs from the plan's now_ms {plan_now_ms}; the plan's ranges "
+                       "were chosen at its clock")
+    now_ms = args.now_ms if args.now_ms is not None else plan_now_ms
     if now_ms is None:
         raise JobError(f"plan {args.plan} has no now_ms: pass --now-ms")
+    driver_wall_ms = int(t0 * 1000)
     wall_now_ms = args.wall_now_ms if args.wall_now_ms is not None else driver_wall_ms
     check_clocks(now_ms, wall_now_ms, driver_wall_ms)
-    doc.update(now_ms=now_ms, wall_now_ms=wall_now_ms)
+    return now_ms, wall_now_ms
 
-    from kafkalog.errors import KafkaLogError  # these two do not import numba
+
+def load_broker_properties(args: argparse.Namespace) -> tuple[dict[str, str], Any]:
+    """The broker file's properties (shipped to the executors as text values) and the BrokerConfig."""
+    from kafkalog.errors import KafkaLogError  # neither module imports numba
     from kafkalog.log.config import BrokerConfig, parse_properties
 
     config_file = args.config_file or os.environ.get("KAFKALOG_CONFIG") or None
     try:
-        broker_properties = parse_properties(Path(config_file).read_text(encoding="utf-8")) if config_file else {}
-        broker = BrokerConfig.from_properties(broker_properties)
+        properties = parse_properties(Path(config_file).read_text(encoding="utf-8")) if config_file else {}
+        return properties, BrokerConfig.from_properties(properties)
     except (OSError, UnicodeDecodeError) as exc:
         raise JobError(f"cannot read broker config file {config_file}: {exc}") from None
     except KafkaLogError as exc:
         raise JobError(f"{config_file}: {exc}") from None
-    log_dirs = resolve_log_dirs(args, broker.log_dirs)
-    doc["log_dirs"] = log_dirs
-    numba_cache_dir = str(Path(args.numba_cache_dir or Path(log_dirs[0]).parent / DEFAULT_NUMBA_CACHE).resolve())
-    try:
-        Path(numba_cache_dir).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise JobError(f"numba cache dir {numba_cache_dir} cannot be created ({exc.strerror}); "
-                       "pass --numba-cache-dir DIR writable by every executor") from None
-    os.environ["NUMBA_CACHE_DIR"] = numba_cache_dir  # before kafkalog imports numba in this process
-    doc["numba_cache_dir"] = numba_cache_dir
 
+
+def prepare_numba_cache(args: argparse.Namespace, log_dirs: list[str]) -> str:
+    cache_dir = str(Path(args.numba_cache_dir or Path(log_dirs[0]).parent / DEFAULT_NUMBA_CACHE).resolve())
+    try:
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JobError(f"numba cache dir {cache_dir} cannot be created ({exc.strerror}); "
+                       "pass --numba-cache-dir DIR writable by every executor") from None
+    os.environ["NUMBA_CACHE_DIR"] = cache_dir  # before kafkalog imports numba in this process
+    return cache_dir
+
+
+def apply_checkpoint_resets(store: Any, plan: Any) -> None:
+    """Rewrite out-of-range cleaner checkpoints, as ``compact()`` does before cleaning."""
+    if plan is not None:  # a plan file carries none
+        from kafkalog.maintenance.compact import _apply_checkpoint_resets
+
+        _apply_checkpoint_resets(store, plan)
+
+
+def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, store: Any, plan: Any,
+                   shipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    timings = doc["timings"]
+    log_dirs, cache_dir = doc["log_dirs"], doc["numba_cache_dir"]
+    t_session = time.time()
+    sc = start_spark(args, cache_dir)
+    try:
+        timings["session_start_s"] = round(time.time() - t_session, 3)
+        doc["spark"] = {"master": sc.master, "app_id": sc.applicationId, "default_parallelism": sc.defaultParallelism}
+        jvm_start = _jvm_start_s(sc)
+        if jvm_start is not None:
+            timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)
+        t_probe = time.time()
+        doc["spark"].update(check_executors_see(sc, log_dirs, shipped, store, cache_dir))
+        timings["executor_check_s"] = round(time.time() - t_probe, 3)
+        apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
+        t_job = time.time()
+        results: list[dict[str, Any]] = sc.parallelize(shipped, numSlices=len(shipped)).map(clean_one).collect()
+        timings["clean_job_s"] = round(time.time() - t_job, 3)
+        timings["first_task_started_s"] = round(min(r["task_started_at"] for r in results) - t_job, 3)
+        timings["first_task_finished_s"] = round(min(r["task_finished_at"] for r in results) - t_job, 3)
+    finally:
+        sc.stop()
+    for r in results:
+        r["task_s"] = round(r["task_finished_at"] - r["task_started_at"], 3)
+    return results
+
+
+def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
+    plan_now_ms, plan_targets, plan_errors = read_plan_file(args.plan) if args.plan else (None, [], [])
+    now_ms, wall_now_ms = resolve_clocks(args, plan_now_ms, t0)
+    doc.update(now_ms=now_ms, wall_now_ms=wall_now_ms)
+    broker_properties, broker = load_broker_properties(args)
+    doc["log_dirs"] = log_dirs = resolve_log_dirs(args, broker.log_dirs)
+    doc["numba_cache_dir"] = cache_dir = prepare_numba_cache(args, log_dirs)
+
+    from kafkalog.errors import KafkaLogError
     from kafkalog.log.store import LogStore
     from kafkalog.maintenance.journal import new_run_id
 
     try:
         store = LogStore(log_dirs, broker)
-        run_id = args.run_id or new_run_id()
-        doc["run_id"] = run_id
+        plan = None
         if args.plan:
             targets, errors = plan_targets, plan_errors
             doc["plan"] = {"source": args.plan}
         else:
-            targets, errors = build_plan(store, args, now_ms)
+            targets, errors, plan = build_plan(store, args, now_ms)
             doc["plan"] = {"source": "cleaner-manager", "topic": args.topic, "partition": args.partition}
     except KafkaLogError as exc:
         raise JobError(str(exc)) from None
     doc["plan"]["targets"] = targets
-    timings["plan_s"] = round(time.time() - t0, 3)
+    doc["run_id"] = run_id = args.run_id or new_run_id()
+    doc["timings"]["plan_s"] = round(time.time() - t0, 3)
 
     results: list[dict[str, Any]] = []
-    if targets:  # a cycle with nothing to clean does not pay for a Spark session
-        t_session = time.time()
-        sc = start_spark(args, numba_cache_dir)
-        try:
-            timings["session_start_s"] = round(time.time() - t_session, 3)
-            doc["spark"] = {"master": sc.master, "app_id": sc.applicationId,
-                            "default_parallelism": sc.defaultParallelism}
-            jvm_start = _jvm_start_s(sc)
-            if jvm_start is not None:
-                timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)
-            t_probe = time.time()
-            doc["spark"].update(check_executors_see(sc, log_dirs, targets, store, numba_cache_dir))
-            timings["executor_check_s"] = round(time.time() - t_probe, 3)
-            shipped = [{**t, "log_dirs": log_dirs, "broker_properties": broker_properties, "now_ms": now_ms,
-                        "wall_now_ms": wall_now_ms, "run_id": run_id, "numba_cache_dir": numba_cache_dir}
-                       for t in targets]
-            t_job = time.time()
-            results = sc.parallelize(shipped, numSlices=len(shipped)).map(clean_one).collect()
-            t_done = time.time()
-            timings["clean_job_s"] = round(t_done - t_job, 3)
-            timings["first_task_started_s"] = round(min(r["task_started_at"] for r in results) - t_job, 3)
-            timings["first_task_finished_s"] = round(min(r["task_finished_at"] for r in results) - t_job, 3)
-        finally:
-            sc.stop()
-        for r in results:
-            r["task_s"] = round(r["task_finished_at"] - r["task_started_at"], 3)
+    if targets:
+        shipped = [{**t, "log_dirs": log_dirs, "broker_properties": broker_properties, "now_ms": now_ms,
+                    "wall_now_ms": wall_now_ms, "run_id": run_id, "numba_cache_dir": cache_dir} for t in targets]
+        results = clean_on_spark(args, doc, t0, store, plan, shipped)
+    else:  # a cycle with nothing to clean does not pay for a Spark session
+        apply_checkpoint_resets(store, plan)
     partitions = errors + results
     doc["partitions"] = partitions
     doc["totals"] = totals(partitions)

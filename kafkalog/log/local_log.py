@@ -11,7 +11,6 @@ For this store the high watermark is the durable log end: everything appended an
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -38,6 +37,7 @@ from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.producer_snapshot import read_producer_snapshot, write_producer_snapshot
 from kafkalog.log.producer_state import ProducerState
 from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
+from kafkalog.log.swap import mark_deleted
 
 _COMPRESSION_BY_TOPIC_NAME = {"uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
                               "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
@@ -357,17 +357,11 @@ class LocalLog:
         doomed, self._segments = self._segments[:count], self._segments[count:]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         renamed: list[Path] = []
-        mark_s = mark_time_ms / 1000
         for segment in doomed:
             segment.offset_index.close()
             segment.time_index.close()
             files = [*segment.files(), names.snapshot_file(self.directory, segment.base_offset)]
-            for path in files:
-                if path.exists():
-                    os.utime(path, (mark_s, mark_s))
-                    target = path.with_name(path.name + names.DELETED_SUFFIX)
-                    path.replace(target)
-                    renamed.append(target)
+            renamed += mark_deleted(files, mark_time_ms=mark_time_ms)
         return renamed
 
     def truncate_to(self, offset: int) -> int:

@@ -34,6 +34,21 @@ def _segment_files(directory: Path, base: int, state: str) -> list[Path]:
     return [directory / f"{prefix}{suffix}{state}" for suffix in names.SEGMENT_SUFFIXES]
 
 
+def mark_deleted(paths: Sequence[Path], *, mark_time_ms: int) -> list[Path]:
+    """Phase one of an asynchronous delete: stamp the mark time as mtime (so the
+    ``file.delete.delay.ms`` clock survives restarts), then rename to ``*.deleted``. Missing files are
+    skipped; returns the new paths."""
+    marked: list[Path] = []
+    mark_s = mark_time_ms / 1000
+    for path in paths:
+        if path.exists():
+            os.utime(path, (mark_s, mark_s))
+            target = path.with_name(path.name + names.DELETED_SUFFIX)
+            path.replace(target)
+            marked.append(target)
+    return marked
+
+
 def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Sequence[int], *,
                      mark_time_ms: int) -> list[Path]:
     """Swap ``<base>.*.cleaned`` segments in for the ``old_bases`` segments; returns the marked files."""
@@ -43,17 +58,11 @@ def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Seque
                 path.replace(path.with_name(path.name[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX))
     _fsync_dir(directory)
     marked: list[Path] = []
-    mark_s = mark_time_ms / 1000
     for base in sorted(old_bases):
         files = _segment_files(directory, base, "")
         if base not in new_bases:
             files.append(names.snapshot_file(directory, base))
-        for path in files:
-            if path.exists():
-                os.utime(path, (mark_s, mark_s))
-                target = path.with_name(path.name + names.DELETED_SUFFIX)
-                path.replace(target)
-                marked.append(target)
+        marked += mark_deleted(files, mark_time_ms=mark_time_ms)
     for base in sorted(new_bases):
         for path in _segment_files(directory, base, names.SWAP_SUFFIX):
             if path.exists():

@@ -15,6 +15,7 @@ from typing import Any
 
 import crc32c
 import pytest
+from records_helper import scanned
 
 from kafkalog.errors import CorruptRecordError, InvalidRecordError
 from kafkalog.format.batch import (
@@ -42,31 +43,6 @@ MAX_INT = 2**31 - 1
 HEADER = struct.Struct(">qiibIhiqqqhii")  # spec §1.2, independent of the library's own struct
 
 # --- helpers -------------------------------------------------------------------------------------------
-
-
-def scanned(buf: bytes) -> list[Record]:
-    """Every record of ``buf`` through the bulk path, as Records (sequence from the batch columns)."""
-    batches = scan_batches(buf)
-    cols = scan_records(buf, batches)
-    out = []
-    for i in range(len(cols)):
-        b = int(cols.batch_index[i])
-        base_sequence = int(batches.base_sequence[b])
-        delta = int(cols.offset[i]) - int(batches.base_offset[b])
-        sequence = increment_sequence(base_sequence, delta) if base_sequence >= 0 else -1
-        headers = []
-        pos, end = int(cols.headers_pos[i]), int(cols.record_pos[i]) + int(cols.record_size[i])
-        data = memoryview(cols.data)
-        for _ in range(int(cols.headers_count[i])):
-            n, pos = decode_varint(data, pos, end)
-            key = bytes(data[pos:pos + n]).decode()
-            pos += n
-            n, pos = decode_varint(data, pos, end)
-            headers.append((key, None if n < 0 else bytes(data[pos:pos + n])))
-            pos += max(n, 0)
-        out.append(Record(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i),
-                          tuple(headers), sequence))
-    return out
 
 
 def both_paths(buf: bytes) -> list[Record]:

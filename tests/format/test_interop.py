@@ -25,6 +25,7 @@ from aiokafka.record import memory_records as aio_memory
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from records_helper import scanned
 
 from kafkalog.format import legacy
 from kafkalog.format.batch import (
@@ -34,13 +35,11 @@ from kafkalog.format.batch import (
     build_batch,
     decode_records,
     end_txn_marker_batch,
-    increment_sequence,
     iter_entries,
     verify_batch,
 )
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.scan import find_corrupt_batch, scan_batches, scan_records
-from kafkalog.format.varint import decode_varint
 
 C = CompressionType
 CODECS = list(C)
@@ -64,31 +63,6 @@ def expected(rows: Sequence[tuple[Any, ...]], base_offset: int, base_sequence: i
                -1 if base_sequence < 0 else (base_sequence + delta) % 2**31)
         for delta, ts, key, value, headers in rows
     ]
-
-
-def scanned(buf: bytes) -> list[Record]:
-    """Every record of ``buf`` through the bulk path, as Records (sequence from the batch columns)."""
-    batches = scan_batches(buf)
-    cols = scan_records(buf, batches)
-    out = []
-    for i in range(len(cols)):
-        b = int(cols.batch_index[i])
-        base_sequence = int(batches.base_sequence[b])
-        delta = int(cols.offset[i]) - int(batches.base_offset[b])
-        sequence = increment_sequence(base_sequence, delta) if base_sequence >= 0 else -1
-        headers = []
-        pos, end = int(cols.headers_pos[i]), int(cols.record_pos[i]) + int(cols.record_size[i])
-        data = memoryview(cols.data)
-        for _ in range(int(cols.headers_count[i])):
-            n, pos = decode_varint(data, pos, end)
-            key = bytes(data[pos:pos + n]).decode()
-            pos += n
-            n, pos = decode_varint(data, pos, end)
-            headers.append((key, None if n < 0 else bytes(data[pos:pos + n])))
-            pos += max(n, 0)
-        out.append(Record(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i),
-                          tuple(headers), sequence))
-    return out
 
 
 def decoded_per_batch(buf: bytes) -> list[Record]:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka.record.util import encode_varint as kafka_python_encode_varint
+from records_helper import scanned
 
 from kafkalog.errors import CorruptRecordError, InvalidRecordError
 from kafkalog.format.batch import (
@@ -23,7 +24,6 @@ from kafkalog.format.batch import (
     TimestampType,
     build_batch,
     decode_records,
-    increment_sequence,
     iter_entries,
     parse_header,
     verify_batch,
@@ -121,32 +121,6 @@ def segments(draw: st.DrawFn) -> list[Spec]:
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
-
-
-def scanned(buf: Any) -> list[Record]:
-    """Every record of ``buf`` through the bulk path, as Records (sequence from the batch columns)."""
-    batches = scan_batches(buf)
-    cols = scan_records(buf, batches)
-    out = []
-    for i in range(len(cols)):
-        b = int(cols.batch_index[i])
-        base_sequence = int(batches.base_sequence[b])
-        delta = int(cols.offset[i]) - int(batches.base_offset[b])
-        sequence = increment_sequence(base_sequence, delta) if base_sequence >= 0 else -1
-        headers = []
-        pos, end = int(cols.headers_pos[i]), int(cols.record_pos[i]) + int(cols.record_size[i])
-        data = memoryview(cols.data)
-        for _ in range(int(cols.headers_count[i])):
-            n, pos = decode_varint(data, pos, end)
-            key = bytes(data[pos:pos + n]).decode()
-            pos += n
-            n, pos = decode_varint(data, pos, end)
-            headers.append((key, None if n < 0 else bytes(data[pos:pos + n])))
-            pos += max(n, 0)
-        assert cols.header_keys(i) == [k for k, _ in headers]
-        out.append(Record(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i),
-                          tuple(headers), sequence))
-    return out
 
 
 def as_buffer(buf: bytes, kind: str) -> Any:

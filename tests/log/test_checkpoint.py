@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import kafka_fixtures_root
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,15 +37,7 @@ OFFSET_CHECKPOINT_NAMES = (
 
 
 def fixtures_root() -> Path:
-    """The read-only Kafka-written data dirs; skip (or fail on CI) when they are absent."""
-    env = os.environ.get("KAFKALOG_FIXTURES")
-    root = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared/fixtures/kafka-real"
-    if not root.is_dir():
-        reason = f"real Kafka fixtures not found at {root} (set KAFKALOG_FIXTURES)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return root
+    return kafka_fixtures_root()  # tests/conftest.py: skips, or fails on CI, when absent
 
 
 def real_files(name: str) -> list[Path]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import struct
 import tempfile
 from pathlib import Path
 
 import crc32c
 import pytest
+from conftest import kafka_fixtures_root
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,15 +26,7 @@ from kafkalog.log.producer_snapshot import (
 
 
 def fixtures_root() -> Path:
-    """The read-only Kafka-written data dirs; skip (or fail on CI) when they are absent."""
-    env = os.environ.get("KAFKALOG_FIXTURES")
-    root = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared/fixtures/kafka-real"
-    if not root.is_dir():
-        reason = f"real Kafka fixtures not found at {root} (set KAFKALOG_FIXTURES)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return root
+    return kafka_fixtures_root()  # tests/conftest.py: skips, or fails on CI, when absent
 
 
 ENTRY = ProducerSnapshotEntry(

@@ -171,12 +171,13 @@ class JobRun:
 
 
 def _start(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wall_ms: int, *,
-           master: str = "local[2]", conf: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+           master: str = "local[2]", conf: Sequence[str] = (), job_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     cmd = [str(BIN / "spark-submit"), "--master", master]
     for item in conf:
         cmd += ["--conf", item]
     cmd += [str(JOB), *[a for d in log_dirs for a in ("--log-dir", str(d))], "--now-ms", str(now_ms),
-            "--wall-now-ms", str(wall_ms), "--report", str(report), "--numba-cache-dir", str(spark.numba_cache_dir)]
+            "--wall-now-ms", str(wall_ms), "--report", str(report), "--numba-cache-dir", str(spark.numba_cache_dir),
+            *job_args]
     out = open(report.with_suffix(".stdout"), "wb")  # noqa: SIM115 - closed when the child has it
     err = open(report.with_suffix(".stderr"), "wb")  # noqa: SIM115
     with out, err:
@@ -185,10 +186,11 @@ def _start(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wa
 
 
 def _submit(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wall_ms: int, *,
-            master: str = "local[2]", conf: Sequence[str] = (), watch: Sequence[int] = ()) -> JobRun:
+            master: str = "local[2]", conf: Sequence[str] = (), job_args: Sequence[str] = (),
+            watch: Sequence[int] = ()) -> JobRun:
     """Run the job to its end, noting every address a process of the job (or of ``watch``) listens on."""
     started = time.perf_counter()
-    proc = _start(spark, log_dirs, report, now_ms, wall_ms, master=master, conf=conf)
+    proc = _start(spark, log_dirs, report, now_ms, wall_ms, master=master, conf=conf, job_args=job_args)
     listening: set[str] = set()
     try:
         while proc.poll() is None:
@@ -377,6 +379,12 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
+    # Planned by `kafkalog compact --dry-run --json` (as a pipeline's planning task does) before the damage.
+    dry_run = run_cli("compact", "--log-dir", str(distributed), "--now-ms", str(now_ms), "--dry-run", "--json")
+    assert dry_run.code == 0, dry_run.err
+    plan = tmp_path / "plan.json"
+    plan.write_text(dry_run.out)
+    assert len(json.loads(dry_run.out)["selected"]) == 3
 
     locked, corrupt = distributed / f"{TOPIC}-1", distributed / f"{TOPIC}-2"
     store = LogStore([distributed])
@@ -387,11 +395,11 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     before = {d: _digest(d) for d in (locked, corrupt)}
 
     with cleaner_lock(locked, timeout_s=0):  # another cleaner is busy with partition 1
-        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms)
-    _print_timings("local[2], locked + corrupt", run)
+        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, job_args=["--plan", str(plan)])
+    _print_timings("local[2], --plan, locked + corrupt", run)
     assert run.code == 2, run.explain()
     by_partition = {p["partition"]: p for p in run.report["partitions"]}
-    assert run.report["status"] == "partitions-failed"
+    assert run.report["status"] == "partitions-failed" and run.report["plan"]["source"] == str(plan)
     assert by_partition[0]["status"] == "cleaned" and by_partition[0]["ok"]
     assert by_partition[1]["status"] == "locked" and not by_partition[1]["ok"]
     assert "locked" in by_partition[1]["error"]
@@ -484,3 +492,124 @@ def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: S
     assert not again.failures
     assert {p: _live(_records(victim, p)) for p in partitions} == {p: _live(before[p]) for p in partitions}
     assert run_cli("verify", "--log-dir", str(victim)).code == 0
+
+
+# --- the driver's refusals and checks, without a Spark session ---------------------------------------
+def _run_job_without_spark(*args: str) -> subprocess.CompletedProcess[str]:
+    """The job under plain ``python``: everything before the first Spark call runs the same way."""
+    return subprocess.run([sys.executable, str(JOB), *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("case", ["missing-log-dir", "future-now", "wall-before-now", "bad-plan", "partition-only"])
+def test_bad_input_is_refused_before_spark_starts(tmp_path: Path, case: str) -> None:
+    log_dir = tmp_path / "logs"
+    _build(log_dir, segments=4)
+    before = _digest(log_dir)
+    now_ms, _ = _clocks()
+    report = tmp_path / "report.json"
+    args = ["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--report", str(report)]
+    expected = {
+        "missing-log-dir": "does not exist",
+        "future-now": "is in the future",
+        "wall-before-now": "is before --now-ms",
+        "bad-plan": "lacks topic/partition",
+        "partition-only": "--partition needs --topic",
+    }[case]
+    if case == "missing-log-dir":
+        args = ["--log-dir", str(tmp_path / "nowhere"), *args[2:]]
+    elif case == "future-now":
+        args[3] = str(now_ms + DAY)
+    elif case == "wall-before-now":
+        args += ["--wall-now-ms", str(now_ms - 1)]
+    elif case == "bad-plan":
+        (tmp_path / "plan.json").write_text(json.dumps({"now_ms": now_ms, "selected": [{"topic": TOPIC}]}))
+        args = [*args[:2], "--plan", str(tmp_path / "plan.json"), *args[4:]]
+    else:
+        args += ["--partition", "0"]
+    done = _run_job_without_spark(*args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert expected in done.stderr
+    if case != "partition-only":  # an argument error stops before the report is known to be wanted
+        doc = json.loads(report.read_text())
+        assert doc["status"] == "refused" and expected in doc["error"] and "spark" not in doc
+    assert _digest(log_dir) == before
+
+
+def test_a_cycle_with_nothing_to_clean_starts_no_spark(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    _build(log_dir, segments=4)
+    now_ms, wall_ms = _clocks()
+    _compact_single_process(log_dir, now_ms, wall_ms)  # nothing dirty is left
+    report = tmp_path / "report.json"
+    done = _run_job_without_spark("--log-dir", str(log_dir), "--now-ms", str(now_ms), "--report", str(report))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(report.read_text())
+    assert doc["status"] == "ok" and doc["partitions"] == [] and "spark" not in doc
+    assert "session_start_s" not in doc["timings"]
+
+
+class _LocalContext:
+    """Stands in for a SparkContext: runs the mapped function here, inside ``executor_view``, a context
+    manager that changes what this "executor" sees of the file system."""
+
+    def __init__(self, executor_view: Any) -> None:
+        self.executor_view = executor_view
+        self.defaultParallelism = 1
+        self._data: list[Any] = []
+        self._fn: Any = None
+
+    def parallelize(self, data: Sequence[Any], slices: int) -> _LocalContext:
+        self._data = list(data)
+        return self
+
+    def map(self, fn: Any) -> _LocalContext:
+        self._fn = fn
+        return self
+
+    def collect(self) -> list[Any]:
+        with self.executor_view():
+            return [self._fn(x) for x in self._data]
+
+
+def _load_job() -> Any:
+    spec = importlib.util.spec_from_file_location("compact_logs_job", JOB)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("view", ["missing", "empty-local-dir", "same"])
+def test_executors_that_do_not_share_the_log_dir_are_refused(tmp_path: Path, view: str) -> None:
+    job = _load_job()
+    log_dir = tmp_path / "logs"
+    _build(log_dir, segments=4)
+    store = LogStore([log_dir])
+    targets = [{"topic": TOPIC, "partition": p} for p in range(3)]
+
+    @contextmanager
+    def executor_view() -> Iterator[None]:
+        if view == "same":
+            yield
+            return
+        hidden = tmp_path / "elsewhere"
+        log_dir.rename(hidden)  # this "executor" has no such directory, or a local one of its own
+        if view == "empty-local-dir":
+            log_dir.mkdir()
+        try:
+            yield
+        finally:
+            if view == "empty-local-dir":
+                log_dir.rmdir()
+            hidden.rename(log_dir)
+
+    sc = _LocalContext(executor_view)
+    if view == "same":
+        seen = job.check_executors_see(sc, [str(log_dir)], targets, store, str(tmp_path / "cache"))
+        assert seen["probe_tasks"] == 2
+        return
+    with pytest.raises(job.JobError) as refused:
+        job.check_executors_see(sc, [str(log_dir)], targets, store, str(tmp_path / "cache"))
+    message = str(refused.value)
+    assert str(log_dir) in message and "shared" in message and "executor on" in message
+    assert ("does not exist" if view == "missing" else f"{TOPIC}-0") in message

@@ -10,12 +10,12 @@ dump). The Kafka-written fixtures are dumped in full and counted against kafka-p
 from __future__ import annotations
 
 import io
-import os
 import struct
 import zlib
 from pathlib import Path
 
 import pytest
+from conftest import kafka_fixtures_root
 
 from kafkalog.errors import KafkaLogError
 from kafkalog.format import compression
@@ -514,14 +514,7 @@ def test_unknown_files_are_ignored_and_reports_follow_every_file(tmp_path: Path)
 # --- Kafka-written fixtures ---------------------------------------------------------------------------
 
 def fixtures_root() -> Path:
-    default = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka-real"
-    root = Path(os.environ.get("KAFKALOG_FIXTURES", default))
-    if not root.is_dir():
-        reason = f"Kafka-written fixtures not found at {root} (set KAFKALOG_FIXTURES)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + "; CI must have them")
-        pytest.skip(reason)
-    return root
+    return kafka_fixtures_root()  # tests/conftest.py: skips, or fails on CI, when absent
 
 
 def kafka_python_counts(data: bytes) -> tuple[int, int]:

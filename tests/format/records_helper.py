@@ -1,0 +1,35 @@
+"""Shared by the format tests: the bulk path's columns turned back into Records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafkalog.format.batch import Record, increment_sequence
+from kafkalog.format.scan import scan_batches, scan_records
+from kafkalog.format.varint import decode_varint
+
+
+def scanned(buf: Any) -> list[Record]:
+    """Every record of ``buf`` through the bulk path, as Records (sequence from the batch columns)."""
+    batches = scan_batches(buf)
+    cols = scan_records(buf, batches)
+    out = []
+    for i in range(len(cols)):
+        b = int(cols.batch_index[i])
+        base_sequence = int(batches.base_sequence[b])
+        delta = int(cols.offset[i]) - int(batches.base_offset[b])
+        sequence = increment_sequence(base_sequence, delta) if base_sequence >= 0 else -1
+        headers = []
+        pos, end = int(cols.headers_pos[i]), int(cols.record_pos[i]) + int(cols.record_size[i])
+        data = memoryview(cols.data)
+        for _ in range(int(cols.headers_count[i])):
+            n, pos = decode_varint(data, pos, end)
+            key = bytes(data[pos:pos + n]).decode()
+            pos += n
+            n, pos = decode_varint(data, pos, end)
+            headers.append((key, None if n < 0 else bytes(data[pos:pos + n])))
+            pos += max(n, 0)
+        assert cols.header_keys(i) == [k for k, _ in headers]  # the columns' own header reader agrees
+        out.append(Record(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i),
+                          tuple(headers), sequence))
+    return out

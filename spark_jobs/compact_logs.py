@@ -41,8 +41,7 @@ DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not i
 SHARED_HINT = ("every log dir must be on a volume mounted at the same path on the driver and on every "
                "Spark worker (NFS, or the deployment's shared log volume)")
 
-
-Targets = list[dict[str, Any]]
+Targets = list[dict[str, Any]]  # one small JSON-able dict per partition
 
 
 class JobError(Exception):
@@ -76,7 +75,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--numba-cache-dir", metavar="DIR",
                    help="compiled-kernel cache writable by every executor "
                         f"(default: <first log dir>/../{DEFAULT_NUMBA_CACHE})")
-    p.add_argument("--ui", action="store_true", help="enable the Spark UI (on the driver's bind address)")
+    p.add_argument("--ui", action="store_true",
+                   help="enable the Spark UI; it listens on $SPARK_LOCAL_IP, which must then be set")
     args = p.parse_args(argv)
     if args.partition is not None and args.topic is None:
         p.error("--partition needs --topic")
@@ -195,7 +195,7 @@ def check_clocks(now_ms: int, wall_now_ms: int, driver_wall_ms: int) -> None:
                        "ahead of the wall clock")
 
 
-def read_plan_file(path: str) -> tuple[int | None, list[dict[str, Any]], list[dict[str, Any]]]:
+def read_plan_file(path: str) -> tuple[int | None, Targets, Targets]:
     """(now_ms, targets, plan-time errors) from ``kafkalog compact --dry-run --json`` output."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -290,7 +290,7 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     return SparkContext.getOrCreate(conf)
 
 
-def check_executors_see(sc: Any, log_dirs: list[str], targets: list[dict[str, Any]], store: Any,
+def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: Any,
                         numba_cache_dir: str) -> dict[str, Any]:
     locations = {(loc.topic_partition.topic, loc.topic_partition.partition): loc for loc in store.partitions()}
     expected: dict[str, list[str]] = {}
@@ -322,7 +322,7 @@ def write_report(path: str, doc: dict[str, Any]) -> None:
     os.replace(tmp, target)
 
 
-def totals(results: list[dict[str, Any]]) -> dict[str, int]:
+def totals(results: Targets) -> dict[str, int]:
     out = {"partitions": len(results), "cleaned": 0, "locked": 0, "failed": 0, "bytes_read": 0,
            "bytes_written": 0, "records_read": 0, "records_written": 0, "tombstones_removed": 0}
     for r in results:
@@ -381,7 +381,7 @@ def apply_checkpoint_resets(store: Any, plan: Any) -> None:
 
 
 def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, store: Any, plan: Any,
-                   shipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                   shipped: Targets) -> Targets:
     timings = doc["timings"]
     log_dirs, cache_dir = doc["log_dirs"], doc["numba_cache_dir"]
     t_session = time.time()

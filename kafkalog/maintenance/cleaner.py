@@ -48,6 +48,7 @@ from kafkalog.format.rewrite import (
 )
 from kafkalog.format.scan import (
     BatchColumns,
+    ColumnWorkspace,
     RecordColumns,
     as_array,
     find_corrupt_batch,
@@ -178,7 +179,8 @@ def _map(segment: LogSegment) -> Buffer:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))  # the view keeps the map alive
 
 
-def _scan(segment: LogSegment, *, check_crc: bool = True) -> tuple[Buffer, BatchColumns, RecordColumns]:
+def _scan(segment: LogSegment, *, check_crc: bool = True,
+          workspace: ColumnWorkspace | None = None) -> tuple[Buffer, BatchColumns, RecordColumns]:
     data = _map(segment)
     where = f"{segment.log_path}: "
     batches = scan_batches(data, where=where)
@@ -187,7 +189,7 @@ def _scan(segment: LogSegment, *, check_crc: bool = True) -> tuple[Buffer, Batch
         raise CleanerError(corrupt)
     if batches.valid_end != len(data):
         raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
-    return data, batches, scan_records(data, batches, where=where)
+    return data, batches, scan_records(data, batches, where=where, workspace=workspace)
 
 
 def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, int | None]:
@@ -210,11 +212,12 @@ def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, i
 def _build_key_map(segments: Sequence[LogSegment], start: int, end: int, aborted: Sequence[AbortedTxn],
                    stats: CleanerStats, verified: set[int]) -> KeyMap:
     key_map = KeyMap()
+    workspace = ColumnWorkspace()  # one segment's columns at a time: the map keeps what it needs
     tracker = TxnTracker(t for t in aborted if t.last_offset >= start and t.first_offset < end)
     dirty = [s for i, s in enumerate(segments)
              if s.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
     for i, segment in enumerate(dirty):
-        data, batches, records = _scan(segment)
+        data, batches, records = _scan(segment, workspace=workspace)
         verified.add(segment.base_offset)
         stats.dirty_bytes += len(data)
         controls = _control_types(batches, records)
@@ -292,6 +295,7 @@ def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, gr
     tracker = TxnTracker()
     bases = [s.base_offset for s in log.segments]
     parts: list[bytes] = []
+    workspace = ColumnWorkspace()
     for segment in group:
         i = bases.index(segment.base_offset)
         upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
@@ -303,7 +307,8 @@ def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, gr
         # nothing, its last batch is kept as a 61-byte empty batch.
         cover_end = len(group) > 1 and segment is group[-1]
         parts.append(_clean_segment(segment, key_map, tracker, producers, upper_bound, clock, retain_legacy,
-                                    result.stats, cover_end, check_crc=segment.base_offset not in verified))
+                                    result.stats, cover_end, check_crc=segment.base_offset not in verified,
+                                    workspace=workspace))
     cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
                                                           log.config.segment_index_bytes), suffix=names.CLEANED_SUFFIX)
     try:
@@ -343,9 +348,10 @@ def _fingerprint(segment: LogSegment) -> tuple[int, int, int]:
 
 def _clean_segment(segment: LogSegment, key_map: KeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
                    upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats,
-                   cover_end: bool = False, *, check_crc: bool = True) -> bytes:
+                   cover_end: bool = False, *, check_crc: bool = True,
+                   workspace: ColumnWorkspace | None = None) -> bytes:
     """``cleanInto`` for one source segment: the bytes of its retained batches, verified."""
-    data, batches, records = _scan(segment, check_crc=check_crc)
+    data, batches, records = _scan(segment, check_crc=check_crc, workspace=workspace)
     n = len(batches)
     stats.bytes_read += len(data)
     stats.records_read += len(records)

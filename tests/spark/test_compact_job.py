@@ -6,7 +6,8 @@ and the same two clocks (``--now-ms`` and ``--wall-now-ms``) the job must write 
 ``compact()`` writes in one process, byte for byte (the journal, which records who ran and how long,
 and the empty lock files aside). A locked and a corrupt partition are reported and left untouched
 while the rest is compacted; killing the whole job mid-run leaves every partition recoverable to old
-or new per segment group.
+or new per segment group. The driver's refusals (bad input, executors that do not share the log
+dirs) and a cycle with nothing to clean are checked without a Spark session.
 
 Skipped with the reason when pyspark or Java is missing, except under ``CI=true`` where that fails.
 Processes are stopped by process group and by the ids of their descendants, never by name.
@@ -178,9 +179,7 @@ def _start(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wa
     cmd += [str(JOB), *[a for d in log_dirs for a in ("--log-dir", str(d))], "--now-ms", str(now_ms),
             "--wall-now-ms", str(wall_ms), "--report", str(report), "--numba-cache-dir", str(spark.numba_cache_dir),
             *job_args]
-    out = open(report.with_suffix(".stdout"), "wb")  # noqa: SIM115 - closed when the child has it
-    err = open(report.with_suffix(".stderr"), "wb")  # noqa: SIM115
-    with out, err:
+    with open(report.with_suffix(".stdout"), "wb") as out, open(report.with_suffix(".stderr"), "wb") as err:
         return subprocess.Popen(cmd, env=spark.env, stdout=out, stderr=err, cwd=spark.scratch,
                                 start_new_session=True)
 

@@ -367,7 +367,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
     plan = report.plan
     doc = {
         "run_id": run_id, "now_ms": now_ms, "dry_run": args.dry_run,
-        "selected": [vars_of(c) for c in plan.selected] if plan else [],
+        "selected": [vars_of(c) for c in report.targets],
+        "checkpoint_resets": [{"topic": r.topic, "partition": r.partition, "offset": r.offset}
+                              for r in (plan.checkpoint_resets if plan else ())],
         "not_selected": [{"topic": n.topic, "partition": n.partition, "reason": str(n)}
                          for n in (plan.not_selected if plan else ())],
         "cleaned": [{"topic": r.topic, "partition": r.partition, "first_dirty_offset": r.first_dirty_offset,
@@ -384,8 +386,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
                   f"{s.bytes_read / 1e6:.1f} MB -> {s.bytes_written / 1e6:.1f} MB, {s.records_read} -> "
                   f"{s.records_written} records, {s.tombstones_removed} tombstones and {s.aborted_records_removed} "
                   f"aborted records removed, {s.mb_per_s:.1f} MB/s, {s.recopy_percent:.1f}% recopied")
-        if args.dry_run and plan:
-            for c in plan.selected:
+        if args.dry_run:
+            for c in report.targets:
                 print(f"{c.topic}-{c.partition}: would clean [{c.first_dirty_offset}, {c.first_uncleanable_offset}) "
                       f"dirty ratio {c.dirty_ratio:.3f}, {c.cleanable_bytes} cleanable bytes")
         print(f"{len(report.cleaned)} partitions cleaned, {len(report.failures)} failed")

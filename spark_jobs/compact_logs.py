@@ -375,9 +375,9 @@ def prepare_numba_cache(args: argparse.Namespace, log_dirs: list[str]) -> str:
 def apply_checkpoint_resets(store: Any, plan: Any) -> None:
     """Rewrite out-of-range cleaner checkpoints, as ``compact()`` does before cleaning."""
     if plan is not None:  # a plan file carries none
-        from kafkalog.maintenance.compact import _apply_checkpoint_resets
+        from kafkalog.maintenance.compact import apply_checkpoint_resets
 
-        _apply_checkpoint_resets(store, plan)
+        apply_checkpoint_resets(store, plan)
 
 
 def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, store: Any, plan: Any,

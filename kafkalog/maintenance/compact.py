@@ -13,7 +13,7 @@ from kafkalog.errors import KafkaLogError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.lock import log_dir_lock
 from kafkalog.log.snapshot import LogDirCheckpoints, LogSnapshot, snapshot_for_compaction
-from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
+from kafkalog.log.store import METADATA_TOPICS, LogStore
 from kafkalog.maintenance.cleaner import CleanResult, clean_partition
 from kafkalog.policy.compaction import CompactionPlan, LogToClean, log_to_clean, select_logs_to_clean
 
@@ -25,6 +25,7 @@ class CompactReport:
     cleaned: list[CleanResult] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     dry_run: bool = False
+    targets: list[LogToClean] = field(default_factory=list)  # what was (or, dry run, would be) cleaned
 
 
 def snapshot_compacted_logs(store: LogStore, topic: str | None = None,
@@ -46,9 +47,11 @@ def snapshot_compacted_logs(store: LogStore, topic: str | None = None,
 
 
 def compact(store: LogStore, *, now_ms: int, topic: str | None = None, partition: int | None = None,
-            dry_run: bool = False, run_id: str = "", byte_budget: int | None = None) -> CompactReport:
+            dry_run: bool = False, run_id: str = "", byte_budget: int | None = None,
+            wall_now_ms: int | None = None) -> CompactReport:
     """With a topic (and partition) named, clean those logs' cleanable ranges whatever their dirty
-    ratio; otherwise clean what the cleaner manager selects."""
+    ratio; otherwise clean what the cleaner manager selects. ``wall_now_ms`` (default: the wall clock)
+    is what delete horizons are stamped from; pin it to reproduce a run byte for byte."""
     report = CompactReport(now_ms, dry_run=dry_run)
     snapshots, report.failures = snapshot_compacted_logs(store, topic, partition)
     plan = select_logs_to_clean(snapshots, now_ms, byte_budget=byte_budget)
@@ -58,24 +61,22 @@ def compact(store: LogStore, *, now_ms: int, topic: str | None = None, partition
         chosen = [c for c in chosen if c.cleanable_bytes > 0]
     else:
         chosen = list(plan.selected)
+    report.targets = chosen
     if dry_run:
         return report
-    _apply_checkpoint_resets(store, plan)
+    apply_checkpoint_resets(store, plan)
     for target in chosen:
         location = store.locate(target.topic, target.partition)
         try:
-            report.cleaned.append(_clean(store, location, target, now_ms, run_id))
+            report.cleaned.append(clean_partition(store, location, target.first_dirty_offset,
+                                                  target.first_uncleanable_offset, now_ms=now_ms,
+                                                  wall_now_ms=wall_now_ms, run_id=run_id))
         except (KafkaLogError, OSError) as exc:
             report.failures.append({"topic": target.topic, "partition": target.partition, "error": str(exc)})
     return report
 
 
-def _clean(store: LogStore, location: PartitionLocation, target: LogToClean, now_ms: int, run_id: str) -> CleanResult:
-    return clean_partition(store, location, target.first_dirty_offset, target.first_uncleanable_offset,
-                           now_ms=now_ms, run_id=run_id)
-
-
-def _apply_checkpoint_resets(store: LogStore, plan: CompactionPlan) -> None:
+def apply_checkpoint_resets(store: LogStore, plan: CompactionPlan) -> None:
     """Kafka rewrites a checkpoint that lies outside its log as soon as it notices (§8.3)."""
     by_dir: dict[Any, dict[tuple[str, int], int]] = {}
     for reset in plan.checkpoint_resets:

@@ -15,7 +15,6 @@ Processes are stopped by process group and by the ids of their descendants, neve
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import ipaddress
@@ -303,9 +302,7 @@ def _digest(root: Path) -> dict[str, str]:
 
 def _compact_single_process(log_dir: Path, now_ms: int, wall_ms: int) -> CompactReport:
     """``compact()`` as ``kafkalog compact`` runs it, with its wall clock pinned for the comparison."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compact_module, "clean_partition", functools.partial(cleaner.clean_partition, wall_now_ms=wall_ms))
-        return compact_module.compact(LogStore([log_dir]), now_ms=now_ms)
+    return compact_module.compact(LogStore([log_dir]), now_ms=now_ms, wall_now_ms=wall_ms)
 
 
 def _clocks() -> tuple[int, int]:

@@ -1,0 +1,580 @@
+"""Compaction on Spark (``local[2]`` and a standalone cluster of 2 one-core workers) vs. one process.
+
+    python -m benchmarks.bench_spark [--quick] [--runs N] [--partitions 8] [--partition-mb 250] [--single-mb 1000]
+
+Data sets (built once, in parallel, cached under ``benchmarks/.data/``): a compacted topic of
+``--partitions`` partitions of ``--partition-mb`` MB each, and one of a single ``--single-mb`` MB
+partition. The records are those of ``bench_compaction``: v2 batches of 100 uncompressed records of
+~100 B (11-byte keys, 80-byte values), 1 distinct key per 5 records spread over the whole partition,
+~1 % tombstones; segments of 64 MiB or a 4.5th of the partition if that is smaller, so ~89-94 % of
+each partition is cleanable (all but the active segment). ``--quick`` is 4 x 50 MB and 1 x 200 MB.
+
+Contestants, each compacting a fresh ``cp -r`` copy of the cached log dir (copy and ``sync`` untimed),
+all with the same ``now_ms`` and ``wall_now_ms``:
+
+(a) ``compact()`` (what ``kafkalog compact`` runs) in a child process, timed inside it: Python start-up
+    and imports are excluded, as in ``bench_compaction``;
+(b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2]``;
+(c) the same job on a standalone master with 2 one-core workers, all on 127.0.0.1, started for each run
+    (the workers once the master is ALIVE) and stopped afterwards by process group (multi-partition set
+    only). The application UI is off (the job's default); the master's and workers' web UIs cannot be
+    turned off in Spark 4.3 and listen on 127.0.0.1 like every other port.
+
+For (b) and (c) the throughput is the job's own clean phase (``timings.clean_job_s`` of its JSON
+report); session start, the executor probe and the first task's start are reported separately, as is
+spark-submit's end-to-end wall time. Before timing, an untimed small run of (a) and (b) warms the numba
+cache dir shared by the child and every executor (``--numba-cache-dir``). Rounds are interleaved
+(a, b, c on the multi-partition set, then a, b on the single partition) and each figure is the median
+over ``--runs`` rounds (default 5). Sanity checks: every run writes the same files, byte for byte (journal and lock
+files aside), and every socket a Spark process listens on is on 127.0.0.1.
+
+Targets (issue acceptance): local[2] >= 1.5x single process on the multi-partition set and >= 1.3x on
+the single 1 GB partition (the job parallelises across partitions only, so a single partition cannot
+speed up; the benchmark reports what it measures), Spark session start < 20 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
+from kafkalog.format.batch import assemble_batch
+from kafkalog.log import names
+from kafkalog.log.store import LogStore
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / ".data"
+JOB = REPO / "spark_jobs" / "compact_logs.py"
+BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
+TOPIC = "bench"
+LOG_BYTES_PER_RECORD = 100.5  # measured: ~99.9 B of record plus a 61 B batch header per 100 records
+MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+DATA_VERSION = 1
+NOT_COMPARED = {names.JOURNAL_FILE, names.PARTITION_LOCK_FILE, names.CLEANER_LOCK_FILE, names.ADMIN_LOCK_FILE}
+JOB_TIMEOUT_S = 900
+LOOPBACK = "127.0.0.1"
+
+
+# --- data ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataSet:
+    name: str
+    partitions: int
+    partition_mb: int
+
+    @property
+    def root(self) -> Path:
+        return DATA / f"spark-{self.partitions}x{self.partition_mb}mb"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def label(self) -> str:
+        return f"{self.partitions} x {self.partition_mb} MB" if self.partitions > 1 else f"1 x {self.partition_mb} MB"
+
+
+def _segment_bytes(partition_mb: int) -> int:
+    return min(MAX_SEGMENT_BYTES, int(partition_mb * 1_000_000 / 4.5))
+
+
+def _fill_partition(logs: str, partition: int, partition_mb: int) -> None:
+    """One partition: the records of ``bench_compaction`` with this partition's own keys and values."""
+    total = int(partition_mb * 1_000_000 / LOG_BYTES_PER_RECORD)
+    rng = np.random.default_rng(42 + partition)
+    keys = rng.integers(0, total // 5, size=total)
+    tombstones = rng.random(total) < 0.01
+    seed_base = partition * 1_000_000_000  # distinct values per partition
+    store = LogStore([logs])
+    with store.writable_log(store.locate(TOPIC, partition)) as log:
+        for start in range(0, total, RECORDS_PER_BATCH):
+            n = min(RECORDS_PER_BATCH, total - start)
+            body = _records_section(start, keys[start:start + n], tombstones[start:start + n],
+                                    seed_base + start).tobytes()
+            raw = assemble_batch(start, 0, 0, n - 1, T0 + start, T0 + start + n - 1, -1, -1, -1, n, body)
+            log.append_batch(raw, now_ms=T0)
+
+
+def build(data: DataSet) -> dict[str, Any]:
+    marker = data.root / "info.json"
+    if marker.exists():
+        info: dict[str, Any] = json.loads(marker.read_text())
+        if info.get("version") == DATA_VERSION:
+            return info
+    if data.root.exists():
+        shutil.rmtree(data.root)
+    store = LogStore([data.logs], create_missing=True)
+    segment_bytes = _segment_bytes(data.partition_mb)
+    store.create_topic(TOPIC, data.partitions, {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})
+    with ProcessPoolExecutor(max_workers=min(data.partitions, os.cpu_count() or 1)) as pool:
+        list(pool.map(_fill_partition, [str(data.logs)] * data.partitions, range(data.partitions),
+                      [data.partition_mb] * data.partitions))
+    subprocess.run(["sync"], check=True)
+    log_bytes = sum(p.stat().st_size for p in data.logs.rglob(f"*{names.LOG_SUFFIX}"))
+    segments = sum(1 for _ in data.logs.rglob(f"*{names.LOG_SUFFIX}"))
+    info = {"version": DATA_VERSION, "partitions": data.partitions, "partition_mb": data.partition_mb,
+            "segment_bytes": segment_bytes, "log_bytes": log_bytes, "segments": segments,
+            "records_per_partition": int(data.partition_mb * 1_000_000 / LOG_BYTES_PER_RECORD)}
+    marker.write_text(json.dumps(info))
+    return info
+
+
+def _digest(root: Path) -> str:
+    """One sha256 over (relative path, sha256) of every file but the journal and the empty lock files."""
+    outer = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name not in NOT_COMPARED:
+            inner = hashlib.sha256()
+            with open(p, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    inner.update(chunk)
+            outer.update(f"{p.relative_to(root)}\0{inner.hexdigest()}\n".encode())
+    return outer.hexdigest()
+
+
+def _fresh_copy(source: Path, work: Path) -> Path:
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    subprocess.run(["cp", "-r", str(source), str(work / "logs")], check=True)
+    subprocess.run(["sync"], check=True)
+    return work / "logs"
+
+
+# --- processes -----------------------------------------------------------------------------------------
+def _spark_missing() -> str | None:
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install -c constraints.txt -e '.[pipeline]')"
+    java_home = os.environ.get("JAVA_HOME")
+    if not shutil.which("java") and not (java_home and (Path(java_home) / "bin" / "java").exists()):
+        return "Java is not installed (Spark 4 needs a JDK/JRE 17)"
+    for script in ("spark-submit", "spark-class"):
+        if not (BIN / script).exists():
+            return f"{BIN / script} not found (pyspark's scripts are installed beside the venv's python)"
+    return None
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        out += kids
+        frontier += kids
+    return out
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a process started with start_new_session=True: its process group, then each descendant by
+    id (pyspark's worker daemon moves itself and its workers into a process group of their own). A process
+    that has already exited and been reaped is left alone: its id may belong to someone else by now."""
+    if proc.poll() is not None:
+        return
+    pids = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+def _listening_addresses(roots: Sequence[int]) -> set[str]:
+    """Local addresses of the TCP sockets listening in these processes or their descendants."""
+    inodes: set[str] = set()
+    for pid in [p for r in roots for p in (r, *_descendants(r))]:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_ip = cols[1].split(":")[0]
+            raw = b"".join(bytes.fromhex(hex_ip[i:i + 8])[::-1] for i in range(0, len(hex_ip), 8))
+            ip = ipaddress.ip_address(raw)
+            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+            found.add(str(mapped or ip))
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Env:
+    spark_env: dict[str, str]
+    numba_cache_dir: Path
+    scratch: Path
+    now_ms: int
+    wall_ms: int
+
+
+def _tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+# --- (a) one process -----------------------------------------------------------------------------------
+_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from pathlib import Path
+from kafkalog.log.store import LogStore
+from kafkalog.maintenance.compact import compact
+store = LogStore([Path(sys.argv[1])])
+t1 = time.perf_counter()
+report = compact(store, now_ms=int(sys.argv[2]), wall_now_ms=int(sys.argv[3]), run_id="bench-single")
+t2 = time.perf_counter()
+print(json.dumps({"startup_s": t1 - t0, "compact_s": t2 - t1, "failures": report.failures,
+                  "cleaned": [{"partition": r.partition, "stats": r.stats.to_dict()} for r in report.cleaned]}))
+"""
+
+
+def run_single(env: Env, logs: Path, expect_partitions: int) -> dict[str, Any]:
+    child_env = dict(os.environ, NUMBA_CACHE_DIR=str(env.numba_cache_dir))
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(logs), str(env.now_ms), str(env.wall_ms)],
+                         capture_output=True, text=True, env=child_env, cwd=REPO)
+    wall = time.perf_counter() - started
+    if out.returncode:
+        raise SystemExit(f"single-process compaction failed:\n{out.stderr[-4000:]}")
+    doc = json.loads(out.stdout)
+    if doc["failures"] or len(doc["cleaned"]) != expect_partitions:
+        raise SystemExit(f"single-process compaction cleaned {len(doc['cleaned'])} of {expect_partitions} "
+                         f"partitions; failures: {doc['failures']}")
+    return {"wall_s": wall, "clean_s": doc["compact_s"], "startup_s": doc["startup_s"],
+            "bytes_read": sum(c["stats"]["bytes_read"] for c in doc["cleaned"]),
+            "bytes_written": sum(c["stats"]["bytes_written"] for c in doc["cleaned"]),
+            "partition_s": [round(c["stats"]["map_seconds"] + c["stats"]["clean_seconds"], 3) for c in doc["cleaned"]]}
+
+
+# --- (b), (c) Spark ------------------------------------------------------------------------------------
+def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[str] = (),
+           watch: Sequence[int] = (), expect_partitions: int) -> dict[str, Any]:
+    cmd = [str(BIN / "spark-submit"), "--master", master]
+    for item in conf:
+        cmd += ["--conf", item]
+    cmd += [str(JOB), "--log-dir", str(logs), "--now-ms", str(env.now_ms), "--wall-now-ms", str(env.wall_ms),
+            "--report", str(report), "--numba-cache-dir", str(env.numba_cache_dir), "--run-id", "bench-spark"]
+    stdout, stderr = report.with_suffix(".stdout"), report.with_suffix(".stderr")
+    listening: set[str] = set()
+    started = time.perf_counter()
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        proc = subprocess.Popen(cmd, env=env.spark_env, stdout=out, stderr=err, cwd=env.scratch,
+                                start_new_session=True)
+    try:
+        next_look = started
+        while proc.poll() is None:
+            now = time.perf_counter()
+            if now >= next_look:  # once a second: cheap next to the work on 2 cores
+                listening |= _listening_addresses([proc.pid, *watch])
+                next_look = now + 1.0
+            if now - started > JOB_TIMEOUT_S:
+                raise SystemExit(f"spark-submit still running after {JOB_TIMEOUT_S} s; see {stderr}")
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0 or not report.exists():
+        raise SystemExit(f"spark-submit --master {master} exited {proc.returncode}:\n{_tail(stderr)}")
+    doc = json.loads(report.read_text())
+    if doc["status"] != "ok" or doc["totals"]["cleaned"] != expect_partitions:
+        raise SystemExit(f"the job cleaned {doc['totals']['cleaned']} of {expect_partitions} partitions "
+                         f"({doc['status']}); see {report}")
+    t = doc["timings"]
+    executors: dict[str, int] = {}
+    first_task: dict[int, dict[str, Any]] = {}
+    for p in sorted(doc["partitions"], key=lambda p: p["task_started_at"]):
+        executors[p["executor"]] = executors.get(p["executor"], 0) + 1
+        first_task.setdefault(p["pid"], p)
+    # A Python worker's first task also imports kafkalog and loads the numba kernels from the cache.
+    warmup = [p["task_s"] - p["stats"]["map_seconds"] - p["stats"]["clean_seconds"] for p in first_task.values()]
+    return {"wall_s": wall, "clean_s": t["clean_job_s"], "session_start_s": t["session_start_s"],
+            "executor_check_s": t["executor_check_s"], "first_task_started_s": t["first_task_started_s"],
+            "first_task_finished_s": t["first_task_finished_s"], "plan_s": t["plan_s"],
+            "jvm_start_to_driver_s": t.get("jvm_start_to_driver_s"), "job_total_s": t["total_s"],
+            "bytes_read": doc["totals"]["bytes_read"], "bytes_written": doc["totals"]["bytes_written"],
+            "max_task_s": max(p["task_s"] for p in doc["partitions"]), "tasks_per_executor": executors,
+            "worker_warmup_s": max(warmup), "python_workers": len(first_task),
+            "listening": sorted(listening)}
+
+
+@contextmanager
+def standalone_cluster(env: Env, workdir: Path, workers: int = 2) -> Iterator[tuple[str, list[int], float]]:
+    """A master and ``workers`` one-core workers on 127.0.0.1, each in its own session; yields (master URL,
+    their pids, seconds until every worker was ALIVE) and always kills their process groups afterwards."""
+    port, webui = _free_port(), _free_port()
+    cluster_env = dict(env.spark_env, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")  # no port 6066
+    workdir.mkdir(parents=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    names_ = ["master", *[f"worker{i}" for i in range(workers)]]
+
+    def launch(name: str, *args: str) -> None:
+        with open(workdir / f"{name}.out", "wb") as log:
+            procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=cluster_env, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True))
+
+    url = f"spark://{LOOPBACK}:{port}"
+    started = time.perf_counter()
+
+    def wait_for(what: str, ready: Any) -> None:
+        while True:
+            for p, name in zip(procs, names_, strict=False):
+                if p.poll() is not None:
+                    raise SystemExit(f"{name} exited with {p.returncode}:\n{_tail(workdir / f'{name}.out')}")
+            if time.perf_counter() - started > 90:
+                raise SystemExit(f"{what} not reached after 90 s; see {workdir}")
+            time.sleep(0.1)
+            try:
+                with urllib.request.urlopen(f"http://{LOOPBACK}:{webui}/json/", timeout=2) as response:
+                    if ready(json.load(response)):
+                        return
+            except OSError:
+                continue
+
+    try:
+        launch("master", "org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port", str(port),
+               "--webui-port", str(webui))
+        # Workers launched before the master is up retry their registration only after 5-15 s (Spark's
+        # fuzzed initial retry interval), so start them once the master says it is ALIVE.
+        wait_for("master ALIVE", lambda state: state.get("status") == "ALIVE")
+        for i in range(workers):
+            launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--cores", "1",
+                   "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(workdir / f"work{i}"), url)
+        wait_for(f"{workers} workers ALIVE",
+                 lambda state: sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") >= workers)
+        yield url, [p.pid for p in procs], time.perf_counter() - started
+    finally:
+        for p in reversed(procs):
+            _kill_tree(p)
+
+
+# --- one run -------------------------------------------------------------------------------------------
+def run_one(env: Env, data: DataSet, runner: str, tag: str) -> dict[str, Any]:
+    work = DATA / "spark-runs" / tag
+    logs = _fresh_copy(data.logs, work)
+    report = env.scratch / f"{tag}.json"
+    if runner == "single":
+        result = run_single(env, logs, data.partitions)
+    elif runner == "local[2]":
+        result = submit(env, logs, report, master="local[2]", expect_partitions=data.partitions)
+    else:
+        with standalone_cluster(env, env.scratch / f"{tag}-cluster") as (url, pids, cluster_s):
+            listening = _listening_addresses(pids)
+            result = submit(env, logs, report, master=url, watch=pids, expect_partitions=data.partitions,
+                            conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"])
+        result["cluster_start_s"] = cluster_s
+        result["listening"] = sorted(listening | set(result["listening"]))
+        spread = result["tasks_per_executor"]
+        if len(spread) != 2 or "driver" in spread:
+            raise SystemExit(f"standalone run did not use both workers' executors: {spread}")
+    result["digest"] = _digest(logs)
+    shutil.rmtree(work)
+    return result
+
+
+# --- report --------------------------------------------------------------------------------------------
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+RUNNERS = {"single": "(a) kafkalog compact, 1 process", "local[2]": "(b) Spark local[2]",
+           "standalone": "(c) Spark standalone, 2 workers x 1 core"}
+TAGS = {"single": "single", "local[2]": "local2", "standalone": "standalone"}
+
+
+Results = dict[tuple[str, str], list[dict[str, Any]]]  # (data set, runner) -> one dict per round
+
+
+def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results: Results,
+                 runs: int) -> list[tuple[str, bool]]:
+    print(f"\nMedians of {runs} run(s). MB/s = MB of log in the data set (all segments, 1 MB = 10^6 B) / clean s. "
+          "clean s: compact() inside the child for (a), the job's clean_job_s for (b) and (c). worker warm-up: "
+          "the longest of the Python workers' first-task time outside map and clean (importing kafkalog, loading "
+          "the numba kernels), part of clean s.\n")
+    print("| data set | runner | clean s | MB/s | x (a), clean | spark-submit / child wall s | x (a), wall "
+          "| session start s | executor probe s | first task started s | worker warm-up s | cluster start s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for data, info, runners in sets:
+        mb = info["log_bytes"] / 1e6
+        base = results[(data.name, "single")]
+        base_clean, base_wall = _median(base, "clean_s"), _median(base, "wall_s")
+        for runner in runners:
+            rs = results[(data.name, runner)]
+            clean, wall = _median(rs, "clean_s"), _median(rs, "wall_s")
+            assert clean is not None and wall is not None and base_clean is not None and base_wall is not None
+            first = runner == "single"
+            print(f"| {data.label()} | {RUNNERS[runner]} | {clean:.2f} | {mb / clean:.0f} "
+                  f"| {'' if first else f'{base_clean / clean:.2f}x'} | {wall:.1f} "
+                  f"| {'' if first else f'{base_wall / wall:.2f}x'} "
+                  f"| {_fmt(_median(rs, 'session_start_s'))} | {_fmt(_median(rs, 'executor_check_s'))} "
+                  f"| {_fmt(_median(rs, 'first_task_started_s'))} | {_fmt(_median(rs, 'worker_warmup_s'))} "
+                  f"| {_fmt(_median(rs, 'cluster_start_s'), '.1f')} |")
+
+    verdicts: list[tuple[str, bool]] = []
+    print("\n| target | needed | measured | result |")
+    print("|---|---:|---:|---|")
+    for data, _info, _runners in sets:
+        needed = 1.5 if data.partitions > 1 else 1.3
+        single_s = _median(results[(data.name, "single")], "clean_s")
+        local_s = _median(results[(data.name, "local[2]")], "clean_s")
+        assert single_s is not None and local_s is not None
+        ratio = single_s / local_s
+        ok = ratio >= needed
+        verdicts.append((f"local[2] vs single process, {data.label()}", ok))
+        paired = [a["clean_s"] / b["clean_s"] for a, b in zip(results[(data.name, "single")],
+                                                              results[(data.name, "local[2]")], strict=True)]
+        spread = f" (rounds {min(paired):.2f}-{max(paired):.2f}x)" if len(paired) > 1 else ""
+        print(f"| local[2] / single process, {data.label()} (clean time) | >= {needed}x | {ratio:.2f}x{spread} "
+              f"| {'PASS' if ok else 'FAIL'} |")
+    for runner in ("local[2]", "standalone"):
+        values = [r["session_start_s"] for (_, rn), rs in results.items() if rn == runner for r in rs]
+        if values:
+            ok = max(values) < 20
+            verdicts.append((f"session start {runner}", ok))
+            print(f"| Spark session start, {runner} (worst of {len(values)} runs) | < 20 s | {max(values):.2f} s "
+                  f"| {'PASS' if ok else 'FAIL'} |")
+    for data, _info, runners in sets:
+        digests = {r["digest"] for runner in runners for r in results[(data.name, runner)]}
+        ok = len(digests) == 1
+        verdicts.append((f"identical {data.label()}", ok))
+        who = ", ".join(r.split()[0] for r in (RUNNERS[x] for x in runners))
+        print(f"| same segment files, byte for byte, {who}: {data.label()} | identical | "
+              f"{'identical' if ok else f'{len(digests)} different results'} | {'PASS' if ok else 'FAIL'} |")
+    addresses = {a for rs in results.values() for r in rs for a in r.get("listening", [])}
+    ok = bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
+    verdicts.append(("loopback only", ok))
+    print(f"| every listening socket of spark-submit and the cluster | 127.0.0.1 | {', '.join(sorted(addresses))} "
+          f"| {'PASS' if ok else 'FAIL'} |")
+    return verdicts
+
+
+# --- main ----------------------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--partition-mb", type=int, default=250)
+    parser.add_argument("--single-mb", type=int, default=1000)
+    parser.add_argument("--runs", type=int, help="interleaved rounds; medians are reported (default 5, --quick 1)")
+    parser.add_argument("--quick", action="store_true", help="4 x 50 MB and 1 x 200 MB, 1 round: a smoke test")
+    parser.add_argument("--no-cluster", action="store_true", help="skip (c), the standalone cluster")
+    args = parser.parse_args()
+    if args.quick:
+        args.partitions, args.partition_mb, args.single_mb = 4, 50, 200
+    if args.runs is None:
+        args.runs = 1 if args.quick else 5
+    reason = _spark_missing()
+    if reason is not None:
+        raise SystemExit(f"cannot run the Spark benchmark: {reason}")
+    import pyspark
+
+    t_start = time.perf_counter()
+    multi = DataSet("multi", args.partitions, args.partition_mb)
+    single = DataSet("single", 1, args.single_mb)
+    warm = DataSet("warmup", 2, 5)
+    infos = {}
+    for data in (warm, multi, single):
+        started = time.perf_counter()
+        infos[data.name] = info = build(data)
+        print(f"{data.label()}: {info['log_bytes'] / 1e6:.0f} MB of log in {info['segments']} segments of "
+              f"<= {info['segment_bytes'] / 1e6:.1f} MB, {info['records_per_partition']} records per partition "
+              f"(built/checked in {time.perf_counter() - started:.1f} s)", flush=True)
+
+    scratch = DATA / "spark-scratch"
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    shutil.rmtree(DATA / "spark-runs", ignore_errors=True)
+    now_ms = int(time.time() * 1000) - 1000  # one pair of clocks for every run: their outputs must be equal
+    spark_env = dict(os.environ, SPARK_HOME=str(Path(pyspark.__file__).parent), SPARK_LOCAL_IP=LOOPBACK,
+                     PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                     SPARK_LOCAL_DIRS=str(scratch))
+    env = Env(spark_env, DATA / "spark-numba-cache", scratch, now_ms, now_ms + 500)
+
+    # Untimed: fill (or load) the numba cache the child and every executor use; warm the OS caches.
+    for runner in ("single", "local[2]"):
+        r = run_one(env, warm, runner, f"warmup-{TAGS[runner]}")
+        print(f"warm-up {RUNNERS[runner]}: clean {r['clean_s']:.2f} s, wall {r['wall_s']:.1f} s", flush=True)
+
+    sets = [(multi, infos["multi"], ["single", "local[2]", *([] if args.no_cluster else ["standalone"])]),
+            (single, infos["single"], ["single", "local[2]"])]
+    results: Results = {(d.name, r): [] for d, _, rs in sets for r in rs}
+    for round_ in range(args.runs):
+        for data, _info, runners in sets:
+            for runner in runners:
+                r = run_one(env, data, runner, f"{data.name}-{TAGS[runner]}-{round_ + 1}")
+                results[(data.name, runner)].append(r)
+                extra = f", map+clean per partition {r['partition_s']}" if runner == "single" else (
+                    f", session start {r['session_start_s']:.2f} s, probe {r['executor_check_s']:.2f} s, "
+                    f"first task after {r['first_task_started_s']:.2f} s, slowest task {r['max_task_s']:.2f} s, "
+                    f"worker warm-up in first task <= {r['worker_warmup_s']:.2f} s, "
+                    f"tasks per executor {list(r['tasks_per_executor'].values())}")
+                if "cluster_start_s" in r:
+                    extra += f", cluster start {r['cluster_start_s']:.1f} s"
+                print(f"round {round_ + 1}: {data.label()} {RUNNERS[runner]}: clean {r['clean_s']:.2f} s, "
+                      f"wall {r['wall_s']:.1f} s{extra}", flush=True)
+
+    verdicts = print_tables(sets, results, args.runs)
+    (DATA / "spark-results.json").write_text(json.dumps(
+        {"args": vars(args), "data": infos, "now_ms": now_ms,
+         "results": {f"{d}/{r}": v for (d, r), v in results.items()}}, indent=1))
+    shutil.rmtree(DATA / "spark-runs", ignore_errors=True)
+    passed = sum(ok for _, ok in verdicts)
+    print(f"\n{passed} of {len(verdicts)} checks pass; total {time.perf_counter() - t_start:.0f} s "
+          f"(job reports and Spark logs in {scratch}, all numbers in {DATA / 'spark-results.json'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

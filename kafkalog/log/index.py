@@ -126,6 +126,21 @@ class _Index:
         if self.path.exists():
             self._trim_file()
 
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries at or after ``offset``: Kafka's three cases (none ≤ it: all go; an entry equal
+        to it: that one and later go; else keep up to the largest below). Both indexes search on the
+        offset column here (the time index's ``truncateTo`` does too)."""
+        relative = offset - self.base_offset
+        offsets = self._entries["relative_offset"].astype(np.int64)
+        slot = int(np.searchsorted(offsets, relative, side="right")) - 1
+        if slot < 0:
+            keep = 0
+        elif int(offsets[slot]) == relative:
+            keep = slot
+        else:
+            keep = slot + 1
+        self.truncate_to_entries(keep)
+
     def reset(self) -> None:
         """Empty the index (recovery rebuilds it from the log)."""
         self.truncate_to_entries(0)
@@ -201,18 +216,6 @@ class OffsetIndex(_Index):
         slot = int(np.searchsorted(positions, start_position + fetch_size, side="left"))
         return None if slot >= len(positions) else self.entry(slot)
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop entries at or after ``offset`` (the three cases of ``OffsetIndex.truncateTo``)."""
-        relative = offset - self.base_offset
-        slot = self.largest_lower_bound_slot(relative)
-        if slot < 0:
-            keep = 0
-        elif int(self._entries[slot]["relative_offset"]) == relative:
-            keep = slot
-        else:
-            keep = slot + 1
-        self.truncate_to_entries(keep)
-
     def sanity_check(self) -> None:
         if self.file_length % self.entry_size:
             raise CorruptIndexError(
@@ -276,18 +279,6 @@ class TimeIndex(_Index):
         slot = self.largest_lower_bound_slot(timestamp)
         return (-1, self.base_offset) if slot < 0 else self.entry(slot)
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop entries whose offset is ≥ ``offset`` (search on the offset component)."""
-        relative = offset - self.base_offset
-        offsets = self._entries["relative_offset"].astype(np.int64)
-        slot = int(np.searchsorted(offsets, relative, side="right")) - 1
-        if slot < 0:
-            keep = 0
-        elif int(offsets[slot]) == relative:
-            keep = slot
-        else:
-            keep = slot + 1
-        self.truncate_to_entries(keep)
 
     def sanity_check(self) -> None:
         if self.file_length % self.entry_size:

@@ -20,6 +20,7 @@ import numpy as np
 from kafkalog.errors import KafkaLogError
 from kafkalog.format.scan import BatchColumns, find_corrupt_batch, scan_batches, scan_records
 from kafkalog.log import checkpoint, names
+from kafkalog.log.index import OffsetIndex, TimeIndex
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.producer_snapshot import read_producer_snapshot
 from kafkalog.log.segment import LogSegment
@@ -163,14 +164,22 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
     return previous_last
 
 
-def _verify_offset_index(segment: LogSegment, batches: BatchColumns, report: PartitionReport) -> None:
-    index = segment.offset_index
+def _index_present_and_sane(index: OffsetIndex | TimeIndex, report: PartitionReport) -> bool:
+    """Whether there are entries to check; a failed sanity check is reported (a missing or empty
+    index is not a problem: Kafka creates them lazily, and readers scan from the segment start)."""
     if not index.path.exists() or not len(index):
-        return
+        return False
     try:
         index.sanity_check()
     except KafkaLogError as exc:
         report.problems.append(str(exc))
+        return False
+    return True
+
+
+def _verify_offset_index(segment: LogSegment, batches: BatchColumns, report: PartitionReport) -> None:
+    index = segment.offset_index
+    if not _index_present_and_sane(index, report):
         return
     positions = batches.position
     lasts = batches.last_offset
@@ -191,12 +200,7 @@ def _verify_offset_index(segment: LogSegment, batches: BatchColumns, report: Par
 def _verify_time_index(segment: LogSegment, batches: BatchColumns, is_active: bool,
                        report: PartitionReport) -> None:
     index = segment.time_index
-    if not index.path.exists() or not len(index):
-        return
-    try:
-        index.sanity_check()
-    except KafkaLogError as exc:
-        report.problems.append(str(exc))
+    if not _index_present_and_sane(index, report):
         return
     timestamps = index.entries["timestamp"].astype(np.int64)
     if (np.diff(timestamps) <= 0).any():

@@ -42,7 +42,6 @@ import ipaddress
 import json
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -62,6 +61,7 @@ from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
+from spark_jobs.processes import kill_tree, listening_addresses
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / ".data"
@@ -175,71 +175,6 @@ def _spark_missing() -> str | None:
     return None
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, frontier = [], [root]
-    while frontier:
-        kids = children.get(frontier.pop(), [])
-        out += kids
-        frontier += kids
-    return out
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a process started with start_new_session=True: its process group, then each descendant by
-    id (pyspark's worker daemon moves itself and its workers into a process group of their own). A process
-    that has already exited and been reaped is left alone: its id may belong to someone else by now."""
-    if proc.poll() is not None:
-        return
-    pids = _descendants(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=30)
-
-
-def _listening_addresses(roots: Sequence[int]) -> set[str]:
-    """Local addresses of the TCP sockets listening in these processes or their descendants."""
-    inodes: set[str] = set()
-    for pid in [p for r in roots for p in (r, *_descendants(r))]:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    found: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
-                continue
-            hex_ip = cols[1].split(":")[0]
-            raw = b"".join(bytes.fromhex(hex_ip[i:i + 8])[::-1] for i in range(0, len(hex_ip), 8))
-            ip = ipaddress.ip_address(raw)
-            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-            found.add(str(mapped or ip))
-    return found
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
@@ -312,14 +247,14 @@ def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[st
         while proc.poll() is None:
             now = time.perf_counter()
             if now >= next_look:  # once a second: cheap next to the work on 2 cores
-                listening |= _listening_addresses([proc.pid, *watch])
+                listening |= listening_addresses([proc.pid, *watch])
                 next_look = now + 1.0
             if now - started > JOB_TIMEOUT_S:
                 raise SystemExit(f"spark-submit still running after {JOB_TIMEOUT_S} s; see {stderr}")
             time.sleep(0.05)
     finally:
         if proc.poll() is None:
-            _kill_tree(proc)
+            kill_tree(proc)
     wall = time.perf_counter() - started
     if proc.returncode != 0 or not report.exists():
         raise SystemExit(f"spark-submit --master {master} exited {proc.returncode}:\n{_tail(stderr)}")
@@ -392,7 +327,7 @@ def standalone_cluster(env: Env, workdir: Path, workers: int = 2) -> Iterator[tu
         yield url, [p.pid for p in procs], time.perf_counter() - started
     finally:
         for p in reversed(procs):
-            _kill_tree(p)
+            kill_tree(p)
 
 
 # --- one run -------------------------------------------------------------------------------------------
@@ -406,7 +341,7 @@ def run_one(env: Env, data: DataSet, runner: str, tag: str) -> dict[str, Any]:
         result = submit(env, logs, report, master="local[2]", expect_partitions=data.partitions)
     else:
         with standalone_cluster(env, env.scratch / f"{tag}-cluster") as (url, pids, cluster_s):
-            listening = _listening_addresses(pids)
+            listening = listening_addresses(pids)
             result = submit(env, logs, report, master=url, watch=pids, expect_partitions=data.partitions,
                             conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"])
         result["cluster_start_s"] = cluster_s

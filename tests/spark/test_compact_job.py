@@ -45,6 +45,7 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
+from spark_jobs.processes import kill_tree, listening_addresses
 
 pytestmark = pytest.mark.spark
 
@@ -95,68 +96,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Spark:
     return Spark(env, scratch / "numba-cache", scratch)
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, frontier = [], [root]
-    while frontier:
-        kids = children.get(frontier.pop(), [])
-        out += kids
-        frontier += kids
-    return out
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a process started with start_new_session=True: its group, then every descendant by id
-    (pyspark's worker daemon puts itself and its workers in a process group of their own)."""
-    pids = _descendants(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=30)
-
-
-def _listening_addresses(roots: Sequence[int]) -> set[str]:
-    """Local addresses of the TCP sockets listening in these processes or their descendants."""
-    inodes: set[str] = set()
-    for pid in [p for r in roots for p in (r, *_descendants(r))]:
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    found: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            cols = line.split()
-            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
-                continue
-            hex_ip = cols[1].split(":")[0]
-            raw = b"".join(bytes.fromhex(hex_ip[i:i + 8])[::-1] for i in range(0, len(hex_ip), 8))
-            ip = ipaddress.ip_address(raw)
-            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-            found.add(str(mapped or ip))
-    return found
-
-
 @dataclass
 class JobRun:
     code: int
@@ -192,13 +131,13 @@ def _submit(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, w
     listening: set[str] = set()
     try:
         while proc.poll() is None:
-            listening |= _listening_addresses([proc.pid, *watch])
+            listening |= listening_addresses([proc.pid, *watch])
             if time.perf_counter() - started > JOB_TIMEOUT_S:
                 pytest.fail(f"spark-submit still running after {JOB_TIMEOUT_S} s")
             time.sleep(0.2)
     finally:
         if proc.poll() is None:
-            _kill_tree(proc)
+            kill_tree(proc)
     seconds = time.perf_counter() - started
     doc = json.loads(report.read_text()) if report.exists() else {}
     return JobRun(proc.returncode, doc, report.with_suffix(".stdout").read_text(errors="replace"),
@@ -249,7 +188,7 @@ def _standalone_cluster(spark: Spark, workdir: Path, workers: int = 2) -> Iterat
         yield url, [p.pid for p in procs]
     finally:
         for p in reversed(procs):
-            _kill_tree(p)
+            kill_tree(p)
 
 
 # --- logs ---------------------------------------------------------------------------------------------
@@ -456,7 +395,7 @@ def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: S
                 break
             time.sleep(0.0005)
     finally:
-        _kill_tree(proc)
+        kill_tree(proc)
     assert proc.returncode == -signal.SIGKILL, "the job finished before half of its swaps: nothing was killed"
 
     recovered = run_cli("recover", "--log-dir", str(victim))

@@ -1,0 +1,78 @@
+"""Process helpers for Spark tests and benchmarks: kill a job's whole process tree, see what it
+listens on. Linux only (reads /proc). Spark's Python worker daemon moves itself into a process group
+of its own, so killing spark-submit's group alone leaves workers behind; these find them by id.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        out += kids
+        frontier += kids
+    return out
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a process started with start_new_session=True: its process group, then each descendant by
+    id (pyspark's worker daemon moves itself and its workers into a process group of their own). A process
+    that has already exited and been reaped is left alone: its id may belong to someone else by now."""
+    if proc.poll() is not None:
+        return
+    pids = descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait(timeout=30)
+
+
+def listening_addresses(roots: Sequence[int]) -> set[str]:
+    """Local addresses of the TCP sockets listening in these processes or their descendants."""
+    inodes: set[str] = set()
+    for pid in [p for r in roots for p in (r, *descendants(r))]:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] != "0A" or cols[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_ip = cols[1].split(":")[0]
+            raw = b"".join(bytes.fromhex(hex_ip[i:i + 8])[::-1] for i in range(0, len(hex_ip), 8))
+            ip = ipaddress.ip_address(raw)
+            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+            found.add(str(mapped or ip))
+    return found

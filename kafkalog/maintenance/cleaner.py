@@ -241,7 +241,6 @@ def _build_key_map(segments: Sequence[LogSegment], start: int, end: int, aborted
     if not dirty:
         key_map.update_latest_offset(end - 1)
     stats.map_records = key_map.records
-    key_map.freeze()
     stats.map_keys = len(key_map)
     return key_map
 

@@ -59,9 +59,6 @@ class KeyMap:
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
 
-    def freeze(self) -> None:
-        """Nothing to build: kept so the cleaner's phases read the same as Kafka's."""
-
     def __len__(self) -> int:
         return self._size
 

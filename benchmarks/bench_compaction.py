@@ -41,6 +41,18 @@ KEY_BYTES = 11
 SEGMENT_BYTES = 256 * 1024 * 1024
 
 
+@numba.njit(cache=True, inline="always")
+def _put_varint(out: np.ndarray, q: int, value: int) -> int:
+    """Write a non-negative int as a zig-zag varint at ``q``; return the position after it."""
+    z = value << 1
+    while z >= 0x80:
+        out[q] = (z & 0x7F) | 0x80
+        q += 1
+        z >>= 7
+    out[q] = z
+    return q + 1
+
+
 @numba.njit(cache=True)
 def _records_section(first_offset: int, keys: np.ndarray, tombstone: np.ndarray, value_seed: int) -> np.ndarray:
     """The records of one batch: key "k" + 10 digits, an 80-byte value or null; deltas ts=i, offset=i."""
@@ -51,23 +63,11 @@ def _records_section(first_offset: int, keys: np.ndarray, tombstone: np.ndarray,
         body = 1 + (1 if i < 64 else 2) + (1 if i < 64 else 2) + 1 + KEY_BYTES + 1 + 1
         if not tombstone[i]:
             body += 1 + VALUE_BYTES  # value length 80 -> zig-zag 160 -> 2 bytes (not 1)
-        z = body << 1
-        while z >= 0x80:
-            out[q] = (z & 0x7F) | 0x80
-            q += 1
-            z >>= 7
-        out[q] = z
-        q += 1
+        q = _put_varint(out, q, body)
         out[q] = 0  # attributes
         q += 1
-        for delta in (i, i):  # timestamp delta, then offset delta
-            z = delta << 1
-            while z >= 0x80:
-                out[q] = (z & 0x7F) | 0x80
-                q += 1
-                z >>= 7
-            out[q] = z
-            q += 1
+        q = _put_varint(out, q, i)  # timestamp delta
+        q = _put_varint(out, q, i)  # offset delta
         out[q] = KEY_BYTES << 1
         q += 1
         out[q] = ord("k")

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import ipaddress
 import json
 import os
@@ -61,12 +60,11 @@ from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
-from spark_jobs.processes import kill_tree, listening_addresses
+from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / ".data"
 JOB = REPO / "spark_jobs" / "compact_logs.py"
-BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
 TOPIC = "bench"
 LOG_BYTES_PER_RECORD = 100.5  # measured: ~99.9 B of record plus a 61 B batch header per 100 records
 MAX_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -163,18 +161,6 @@ def _fresh_copy(source: Path, work: Path) -> Path:
 
 
 # --- processes -----------------------------------------------------------------------------------------
-def _spark_missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (pip install -c constraints.txt -e '.[pipeline]')"
-    java_home = os.environ.get("JAVA_HOME")
-    if not shutil.which("java") and not (java_home and (Path(java_home) / "bin" / "java").exists()):
-        return "Java is not installed (Spark 4 needs a JDK/JRE 17)"
-    for script in ("spark-submit", "spark-class"):
-        if not (BIN / script).exists():
-            return f"{BIN / script} not found (pyspark's scripts are installed beside the venv's python)"
-    return None
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))
@@ -449,7 +435,7 @@ def main() -> int:
         args.partitions, args.partition_mb, args.single_mb = 4, 50, 200
     if args.runs is None:
         args.runs = 1 if args.quick else 5
-    reason = _spark_missing()
+    reason = spark_missing()
     if reason is not None:
         raise SystemExit(f"cannot run the Spark benchmark: {reason}")
     import pyspark

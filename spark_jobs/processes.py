@@ -5,12 +5,30 @@ of its own, so killing spark-submit's group alone leaves workers behind; these f
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
+
+
+def spark_missing() -> str | None:
+    """Why Spark cannot run here (pyspark, Java or pyspark's scripts missing), or None."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install -c constraints.txt -e '.[pipeline]')"
+    java_home = os.environ.get("JAVA_HOME")
+    if not shutil.which("java") and not (java_home and (Path(java_home) / "bin" / "java").exists()):
+        return "Java is not installed (Spark 4 needs a JDK/JRE 17)"
+    for script in ("spark-submit", "spark-class"):
+        if not (BIN / script).exists():
+            return f"{BIN / script} not found (pyspark's scripts are installed beside the venv's python)"
+    return None
 
 
 def descendants(root: int) -> list[int]:

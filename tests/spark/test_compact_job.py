@@ -45,13 +45,12 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
-from spark_jobs.processes import kill_tree, listening_addresses
+from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "spark_jobs" / "compact_logs.py"
-BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
 TOPIC = "changes"
 DAY = 86_400_000
 CODECS = (None, CompressionType.LZ4, CompressionType.ZSTD)  # one per partition
@@ -60,18 +59,6 @@ JOB_TIMEOUT_S = 150
 
 
 # --- Spark availability and process handling ----------------------------------------------------------
-def _spark_missing() -> str | None:
-    if importlib.util.find_spec("pyspark") is None:
-        return "pyspark is not installed (pip install -c constraints.txt -e '.[pipeline]')"
-    java_home = os.environ.get("JAVA_HOME")
-    if not shutil.which("java") and not (java_home and (Path(java_home) / "bin" / "java").exists()):
-        return "Java is not installed (Spark 4 needs a JDK/JRE 17)"
-    for script in ("spark-submit", "spark-class"):
-        if not (BIN / script).exists():
-            return f"{BIN / script} not found (pyspark's scripts are installed beside the venv's python)"
-    return None
-
-
 @dataclass(frozen=True)
 class Spark:
     env: dict[str, str]
@@ -81,7 +68,7 @@ class Spark:
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Spark:
-    reason = _spark_missing()
+    reason = spark_missing()
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason}; CI must run the Spark tests")

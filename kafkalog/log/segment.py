@@ -87,7 +87,7 @@ class LogSegment:
         return data, scan_batches(data, where=f"{self.log_path}: ")
 
     def last_modified_ms(self) -> int:
-        return int(self.log_path.stat().st_mtime * 1000)
+        return self.log_path.stat().st_mtime_ns // 1_000_000
 
     # --- reading -------------------------------------------------------------------------------
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:

@@ -161,7 +161,8 @@ class LogStore:
                 if partition is not None and tp.partition != partition:
                     continue
                 out.append(PartitionLocation(tp, log_dir))
-        out.sort(key=lambda p: (p.topic_partition, str(p.log_dir)))
+        # Sort on plain values: comparing the dataclasses is several times slower with 10,000s of them.
+        out.sort(key=lambda p: (p.topic_partition.topic, p.topic_partition.partition, str(p.log_dir)))
         seen: dict[TopicPartition, Path] = {}
         for location in out:
             if location.topic_partition in seen:

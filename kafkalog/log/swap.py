@@ -39,10 +39,10 @@ def mark_deleted(paths: Sequence[Path], *, mark_time_ms: int) -> list[Path]:
     ``file.delete.delay.ms`` clock survives restarts), then rename to ``*.deleted``. Missing files are
     skipped; returns the new paths."""
     marked: list[Path] = []
-    mark_s = mark_time_ms / 1000
+    mark_ns = mark_time_ms * 1_000_000  # exact: the sweep reads it back as st_mtime_ns // 10**6
     for path in paths:
         if path.exists():
-            os.utime(path, (mark_s, mark_s))
+            os.utime(path, ns=(mark_ns, mark_ns))
             target = path.with_name(path.name + names.DELETED_SUFFIX)
             path.replace(target)
             marked.append(target)

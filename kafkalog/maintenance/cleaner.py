@@ -324,10 +324,10 @@ def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, gr
             cleaned.txn_index.append(txn)
         cleaned.close()
         cleaned.flush()
-        mtime = group[-1].log_path.stat().st_mtime
+        mtime_ns = group[-1].log_path.stat().st_mtime_ns
         for path in cleaned.files():
             if path.exists():
-                os.utime(path, (mtime, mtime))
+                os.utime(path, ns=(mtime_ns, mtime_ns))
         with partition_lock(directory, timeout_s=lock_timeout_s):
             if [_fingerprint(s) for s in group] != fingerprint:
                 raise CleanerError(f"{directory}: segments {[s.base_offset for s in group]} changed while being "

@@ -104,7 +104,7 @@ def sweep_partition(store: LogStore, location: PartitionLocation, *, wall_now_ms
             if not stat.S_ISREG(info.st_mode):
                 report.refused.append(f"{entry.path}: not a regular file (symlink?); left alone")
                 continue
-            due_ms = int(info.st_mtime * 1000) + delay_ms
+            due_ms = info.st_mtime_ns // 1_000_000 + delay_ms
             if wall_now_ms >= due_ms:
                 os.unlink(entry.path)
                 report.deleted_files.append(entry.name)

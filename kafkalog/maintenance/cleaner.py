@@ -43,6 +43,7 @@ from kafkalog.format.rewrite import (
     REBUILD,
     after_timestamp_delta,
     assemble_uncompressed,
+    key_buckets,
     rebuild_records,
     records_equal,
 )
@@ -65,7 +66,7 @@ from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.maintenance import journal
-from kafkalog.maintenance.key_map import KeyMap
+from kafkalog.maintenance.key_map import BucketedKeyMap, KeyMap
 from kafkalog.maintenance.txn_tracker import TxnTracker
 
 I64 = npt.NDArray[np.int64]
@@ -121,7 +122,62 @@ class CleanResult:
 @dataclass(frozen=True)
 class _Clock:
     now_ms: int  # decides whether a horizon has passed
+    wall_ms: int  # the wall clock of the round (journal time)
     horizon_ms: int  # stamped into batches that get one now: wall clock + delete.retention.ms
+
+
+@dataclass
+class CleanContext:
+    """One cleaning round of one partition, opened read-only: what every step below reads.
+
+    Everything here follows from the files and the two clocks, so a Spark task that opens the same
+    partition with the same arguments gets the same context and makes the same decisions.
+    """
+
+    store: LogStore
+    location: PartitionLocation
+    log: LocalLog
+    clock: _Clock
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    segments: list[LogSegment]  # every inactive segment
+    aborted: list[AbortedTxn]
+    producers: dict[int, tuple[int, int]]  # producer id -> (last data offset, epoch)
+    legacy_horizon: int
+
+    @property
+    def end_offset(self) -> int:
+        """Where the mapped range ends: the whole dirty range is mapped in one pass."""
+        return max(self.first_uncleanable_offset, self.first_dirty_offset)
+
+    def groups(self) -> list[list[LogSegment]]:
+        to_group = [s for s in self.segments if s.base_offset < self.end_offset]
+        config = self.log.config
+        return group_segments_by_size(to_group, config.segment_bytes, config.segment_index_bytes,
+                                      self.first_uncleanable_offset, self.log.segments)
+
+
+def open_clean_context(store: LogStore, location: PartitionLocation, first_dirty_offset: int,
+                       first_uncleanable_offset: int, *, now_ms: int, wall_now_ms: int | None = None) -> CleanContext:
+    """The context of one round. The caller holds the partition's cleaner lock (or is a task of a
+    driver that holds it) and has resolved a crashed cleaner's leftovers."""
+    config = store.log_config(location.topic_partition.topic)
+    wall = int(time.time() * 1000) if wall_now_ms is None else wall_now_ms
+    log = store.open_log(location, read_only=True)
+    segments = list(log.segments[:-1])  # never the active segment
+    producers = {e.producer_id: (e.last_offset, e.producer_epoch) for e in log.producer_state().snapshot_entries()}
+    clock = _Clock(now_ms, wall, wall + config.delete_retention_ms)
+    aborted = [t for s in log.segments for t in s.txn_index.entries()]
+    return CleanContext(store, location, log, clock, first_dirty_offset, first_uncleanable_offset, segments, aborted,
+                        producers, _legacy_delete_horizon(segments, first_dirty_offset, config.delete_retention_ms))
+
+
+def resolve_leftovers(location: PartitionLocation, lock_timeout_s: float = 30.0) -> None:
+    """A crashed cleaner's temporary files, resolved as recovery would. Needs the cleaner lock."""
+    plan = plan_temp_files(location.directory)
+    if not plan.empty:
+        with partition_lock(location.directory, timeout_s=lock_timeout_s):
+            apply_temp_file_plan(plan_temp_files(location.directory))
 
 
 def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_offset: int,
@@ -129,44 +185,39 @@ def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_of
                     run_id: str = "", lock_timeout_s: float = 30.0) -> CleanResult:
     """Clean ``[first_dirty, first_uncleanable)`` of one partition; see the module docstring."""
     tp = location.topic_partition
-    config = store.log_config(tp.topic)
-    wall = int(time.time() * 1000) if wall_now_ms is None else wall_now_ms
-    clock = _Clock(now_ms, wall + config.delete_retention_ms)
     result = CleanResult(tp.topic, tp.partition, first_dirty_offset, first_dirty_offset)
     with cleaner_lock(location.directory, timeout_s=0):
-        plan = plan_temp_files(location.directory)
-        if not plan.empty:  # a crashed cleaner's leftovers: resolve them as recovery would
-            with partition_lock(location.directory, timeout_s=lock_timeout_s):
-                apply_temp_file_plan(plan_temp_files(location.directory))
-        log = store.open_log(location, read_only=True)
+        resolve_leftovers(location, lock_timeout_s)
         if first_uncleanable_offset <= first_dirty_offset:
             return result
-        segments = [s for s in log.segments[:-1]]  # never the active segment
-        aborted = [t for s in log.segments for t in s.txn_index.entries()]
+        ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
+                                 wall_now_ms=wall_now_ms)
         started = time.perf_counter()
         verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
-        key_map = _build_key_map(segments, first_dirty_offset, first_uncleanable_offset, aborted, result.stats,
-                                 verified)
+        key_map = build_key_map(ctx, result.stats, verified)
         result.stats.map_seconds = time.perf_counter() - started
-        end_offset = key_map.latest_offset + 1
-        result.end_offset = end_offset
-        producers = {e.producer_id: (e.last_offset, e.producer_epoch)
-                     for e in log.producer_state().snapshot_entries()}
-        legacy_horizon = _legacy_delete_horizon(segments, first_dirty_offset, config.delete_retention_ms)
-        to_group = [s for s in segments if s.base_offset < end_offset]
+        result.end_offset = ctx.end_offset
         started = time.perf_counter()
-        for group in group_segments_by_size(to_group, config.segment_bytes, config.segment_index_bytes,
-                                            first_uncleanable_offset, log.segments):
-            _clean_group(store, location, log, group, key_map, aborted, producers, first_uncleanable_offset,
-                         clock, legacy_horizon, result, run_id, lock_timeout_s, verified)
+        for group in ctx.groups():
+            cleaned = write_cleaned_group(ctx, group, key_map, result.stats, verified)
+            swap_cleaned_group(ctx, cleaned, lock_timeout_s)
+            result.groups.append((cleaned.source_bases, cleaned.base_offset))
         result.stats.clean_seconds = time.perf_counter() - started
-        _write_cleaner_checkpoint(location, end_offset)
-        journal.append(location.log_dir, journal.JournalEntry(
-            run_id, wall, tp.topic, tp.partition, "compact", tuple(b for _, b in result.groups),
-            f"cleaned [{first_dirty_offset}, {end_offset})", result.stats.bytes_read - result.stats.bytes_written,
-            extra={"first_dirty_offset": first_dirty_offset, "end_offset": end_offset,
-                   "stats": result.stats.to_dict(), "groups": result.groups}))
+        finish_round(ctx, result, run_id)
     return result
+
+
+def finish_round(ctx: CleanContext, result: CleanResult, run_id: str) -> None:
+    """After every group is swapped: the cleaner checkpoint, and the round in the journal."""
+    location = ctx.location
+    tp = location.topic_partition
+    _write_cleaner_checkpoint(location, ctx.end_offset)
+    journal.append(location.log_dir, journal.JournalEntry(
+        run_id, ctx.clock.wall_ms, tp.topic, tp.partition, "compact",
+        tuple(b for _, b in result.groups), f"cleaned [{ctx.first_dirty_offset}, {ctx.end_offset})",
+        result.stats.bytes_read - result.stats.bytes_written,
+        extra={"first_dirty_offset": ctx.first_dirty_offset, "end_offset": ctx.end_offset,
+               "stats": result.stats.to_dict(), "groups": result.groups}))
 
 
 # --- 1. the key map --------------------------------------------------------------------------------
@@ -209,17 +260,30 @@ def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, i
     return out
 
 
-def _build_key_map(segments: Sequence[LogSegment], start: int, end: int, aborted: Sequence[AbortedTxn],
-                   stats: CleanerStats, verified: set[int]) -> KeyMap:
+def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
+    """The inactive segments holding offsets of the dirty range."""
+    start, end, segments = ctx.first_dirty_offset, ctx.end_offset, ctx.segments
+    return [s for i, s in enumerate(segments)
+            if s.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
+
+
+def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, bucket: int = 0,
+                  buckets: int = 1) -> KeyMap:
+    """The key map of the dirty range; with ``buckets`` > 1 only the keys whose hash falls in
+    ``bucket`` (the maps of all buckets together hold exactly the one-bucket map's entries), and
+    only the CRCs of every ``buckets``-th dirty segment are checked, so parallel builders share that
+    work too."""
+    start, end = ctx.first_dirty_offset, ctx.end_offset
     key_map = KeyMap()
     workspace = ColumnWorkspace()  # one segment's columns at a time: the map keeps what it needs
-    tracker = TxnTracker(t for t in aborted if t.last_offset >= start and t.first_offset < end)
-    dirty = [s for i, s in enumerate(segments)
-             if s.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
+    tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end)
+    dirty = dirty_segments(ctx)
     for i, segment in enumerate(dirty):
-        data, batches, records = _scan(segment, workspace=workspace)
-        verified.add(segment.base_offset)
-        stats.dirty_bytes += len(data)
+        mine = i % buckets == bucket
+        data, batches, records = _scan(segment, check_crc=mine, workspace=workspace)
+        if mine:
+            verified.add(segment.base_offset)
+            stats.dirty_bytes += len(data)
         controls = _control_types(batches, records)
         skip = np.zeros(len(batches), dtype=bool)
         has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
@@ -235,11 +299,11 @@ def _build_key_map(segments: Sequence[LogSegment], start: int, end: int, aborted
             skip = (batches.attributes & fmt.CONTROL_MASK) != 0
         rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
                               & ~skip[records.batch_index])
+        if buckets > 1:
+            rows = rows[key_buckets(records.data, records.key_pos, records.key_len, rows.astype(np.int64),
+                                    buckets) == bucket]
         key_map.add(records, rows)
-        next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
-        key_map.update_latest_offset(min(next_start, end) - 1)
-    if not dirty:
-        key_map.update_latest_offset(end - 1)
+    key_map.update_latest_offset(end - 1)
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
     return key_map
@@ -284,13 +348,24 @@ def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_in
 
 
 # --- 3. cleaning a group ---------------------------------------------------------------------------
-def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, group: list[LogSegment],
-                 key_map: KeyMap, aborted: Sequence[AbortedTxn], producers: dict[int, tuple[int, int]],
-                 upper_bound: int, clock: _Clock, legacy_horizon: int, result: CleanResult, run_id: str,
-                 lock_timeout_s: float, verified: set[int]) -> None:
-    directory = location.directory
+@dataclass(frozen=True)
+class CleanedGroup:
+    """A group's verified ``.cleaned`` segment, written and waiting for its swap."""
+
+    base_offset: int
+    source_bases: list[int]
+    fingerprint: list[tuple[int, int, int]]  # of the sources when they were read
+
+
+def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: KeyMap | BucketedKeyMap,
+                        stats: CleanerStats, verified: set[int]) -> CleanedGroup:
+    """Recopy one group of source segments into a verified ``.cleaned`` segment (files only: the
+    log is unchanged until ``swap_cleaned_group``). Groups are independent, so they may be written
+    in parallel and swapped afterwards, in any order."""
+    log = ctx.log
+    directory = ctx.location.directory
     base = group[0].base_offset
-    fingerprint = [_fingerprint(s) for s in group]
+    fingerprint = [_fingerprint(directory, s.base_offset) for s in group]
     tracker = TxnTracker()
     bases = [s.base_offset for s in log.segments]
     parts: list[bytes] = []
@@ -298,15 +373,15 @@ def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, gr
     for segment in group:
         i = bases.index(segment.base_offset)
         upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
-        tracker.add_aborted(t for t in aborted if t.last_offset >= segment.base_offset and t.first_offset < upper)
-        retain_legacy = segment.last_modified_ms() > legacy_horizon
+        tracker.add_aborted(t for t in ctx.aborted if t.last_offset >= segment.base_offset and t.first_offset < upper)
+        retain_legacy = segment.last_modified_ms() > ctx.legacy_horizon
         # The cleaned segment must reach into the group's last source segment: crash recovery rolls
         # a swap forward over [its base, its next offset) only, and an old segment left beyond that
         # range would survive beside the new one. So if the last source segment would contribute
         # nothing, its last batch is kept as a 61-byte empty batch.
         cover_end = len(group) > 1 and segment is group[-1]
-        parts.append(_clean_segment(segment, key_map, tracker, producers, upper_bound, clock, retain_legacy,
-                                    result.stats, cover_end, check_crc=segment.base_offset not in verified,
+        parts.append(_clean_segment(segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
+                                    retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified,
                                     workspace=workspace))
     cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
                                                           log.config.segment_index_bytes), suffix=names.CLEANED_SUFFIX)
@@ -328,26 +403,36 @@ def _clean_group(store: LogStore, location: PartitionLocation, log: LocalLog, gr
         for path in cleaned.files():
             if path.exists():
                 os.utime(path, ns=(mtime_ns, mtime_ns))
-        with partition_lock(directory, timeout_s=lock_timeout_s):
-            if [_fingerprint(s) for s in group] != fingerprint:
-                raise CleanerError(f"{directory}: segments {[s.base_offset for s in group]} changed while being "
-                                   "cleaned; nothing swapped (the next cycle retries)")
-            replace_segments(directory, [base], [s.base_offset for s in group],
-                             mark_time_ms=int(time.time() * 1000))
     except BaseException:
         cleaned.delete_files()
         raise
-    result.groups.append(([s.base_offset for s in group], base))
+    return CleanedGroup(base, [s.base_offset for s in group], fingerprint)
 
 
-def _fingerprint(segment: LogSegment) -> tuple[int, int, int]:
-    info = segment.log_path.stat()
-    return segment.base_offset, info.st_size, info.st_mtime_ns
+def swap_cleaned_group(ctx: CleanContext, cleaned: CleanedGroup, lock_timeout_s: float = 30.0) -> None:
+    """Swap a written group in under the partition lock, unless its sources changed since they were read."""
+    directory = ctx.location.directory
+    try:
+        with partition_lock(directory, timeout_s=lock_timeout_s):
+            now = [_fingerprint(directory, b) for b in cleaned.source_bases]
+            if now != cleaned.fingerprint:
+                raise CleanerError(f"{directory}: segments {cleaned.source_bases} changed while being cleaned; "
+                                   "nothing swapped (the next cycle retries)")
+            replace_segments(directory, [cleaned.base_offset], cleaned.source_bases,
+                             mark_time_ms=int(time.time() * 1000))
+    except BaseException:
+        LogSegment(directory, cleaned.base_offset, suffix=names.CLEANED_SUFFIX).delete_files()
+        raise
 
 
-def _clean_segment(segment: LogSegment, key_map: KeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
-                   upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats,
-                   cover_end: bool = False, *, check_crc: bool = True,
+def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
+    info = names.log_file(directory, base_offset).stat()
+    return base_offset, info.st_size, info.st_mtime_ns
+
+
+def _clean_segment(segment: LogSegment, key_map: KeyMap | BucketedKeyMap, tracker: TxnTracker,
+                   producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
+                   stats: CleanerStats, cover_end: bool = False, *, check_crc: bool = True,
                    workspace: ColumnWorkspace | None = None) -> bytes:
     """``cleanInto`` for one source segment: the bytes of its retained batches, verified."""
     data, batches, records = _scan(segment, check_crc=check_crc, workspace=workspace)

@@ -11,10 +11,16 @@ VM that returns freed pages to its host, so the table is sized to the keys, not 
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
 import numpy as np
 import numpy.typing as npt
 
-from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, table_get, table_put, table_rehash
+from kafkalog.errors import CleanerError
+from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, key_buckets, table_get, table_put, table_rehash
 from kafkalog.format.scan import RecordColumns
 
 I64 = npt.NDArray[np.int64]
@@ -68,3 +74,59 @@ class KeyMap:
             return np.full(len(rows), -1, dtype=np.int64)
         return table_get(self._table, self._arena, columns.data, columns.key_pos, columns.key_len,
                          rows.astype(np.int64, copy=False))
+
+    # --- sharing a map between processes (the Spark job's key-map tasks and its rewrite tasks) ------
+    def save(self, prefix: Path) -> None:
+        """Write the map as ``<prefix>.table.npy``, ``<prefix>.arena.npy`` and ``<prefix>.json``
+        (last, by rename: its presence means the map is complete)."""
+        for suffix, array in ((".table.npy", self._table), (".arena.npy", self._arena[:self._arena_used])):
+            tmp = Path(f"{prefix}{suffix}.tmp")
+            with open(tmp, "wb") as f:
+                np.save(f, array)
+            os.replace(tmp, f"{prefix}{suffix}")
+        meta = {"size": self._size, "latest_offset": self.latest_offset, "records": self.records}
+        tmp = Path(f"{prefix}.json.tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, f"{prefix}.json")
+
+    @classmethod
+    def load(cls, prefix: Path) -> KeyMap:
+        """A saved map, memory-mapped read-only (only the slots probed are paged in)."""
+        try:
+            meta = json.loads(Path(f"{prefix}.json").read_text())
+            table = np.load(f"{prefix}.table.npy", mmap_mode="r")
+            arena = np.load(f"{prefix}.arena.npy", mmap_mode="r") if meta["size"] else np.empty(0, np.uint8)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CleanerError(f"key map {prefix}: cannot be read ({exc})") from None
+        if table.ndim != 2 or table.shape[1] != SLOT_WORDS or table.dtype != np.int64:
+            raise CleanerError(f"key map {prefix}: not a key-map table")
+        key_map = cls.__new__(cls)
+        key_map._table, key_map._arena = table, arena
+        key_map._arena_used, key_map._size = len(arena), int(meta["size"])
+        key_map.latest_offset, key_map.records = int(meta["latest_offset"]), int(meta["records"])
+        return key_map
+
+
+class BucketedKeyMap:
+    """The key map as ``len(parts)`` maps of disjoint keys (``key_buckets`` decides which part holds
+    a key), built in parallel; it answers ``lookup`` exactly as the one map over every key would."""
+
+    def __init__(self, parts: Sequence[KeyMap], latest_offset: int) -> None:
+        self.parts = list(parts)
+        self.latest_offset = latest_offset
+        self.records = sum(p.records for p in parts)
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def lookup(self, columns: RecordColumns, rows: I64) -> I64:
+        rows = rows.astype(np.int64, copy=False)
+        if len(self.parts) == 1:
+            return self.parts[0].lookup(columns, rows)
+        out = np.full(len(rows), -1, dtype=np.int64)
+        bucket = key_buckets(columns.data, columns.key_pos, columns.key_len, rows, len(self.parts))
+        for b, part in enumerate(self.parts):
+            mine = np.flatnonzero(bucket == b)
+            if len(mine):
+                out[mine] = part.lookup(columns, rows[mine])
+        return out

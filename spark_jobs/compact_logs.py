@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -38,6 +39,8 @@ EXIT_OK, EXIT_REFUSED, EXIT_PARTITIONS_FAILED = 0, 1, 2
 REPORT_VERSION = 1
 LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
+DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
+MIN_SPLIT_BYTES = 64 << 20  # below this, a partition's own task beats the two extra stages of a split
 SHARED_HINT = ("every log dir must be on a volume mounted at the same path on the driver and on every "
                "Spark worker (NFS, or the deployment's shared log volume)")
 
@@ -75,6 +78,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--numba-cache-dir", metavar="DIR",
                    help="compiled-kernel cache writable by every executor "
                         f"(default: <first log dir>/../{DEFAULT_NUMBA_CACHE})")
+    p.add_argument("--scratch-dir", metavar="DIR",
+                   help="where the parts of a split partition's key map go, shared by every executor "
+                        f"(default: <first log dir>/../{DEFAULT_SCRATCH})")
+    p.add_argument("--split-bytes", type=int, metavar="N",
+                   help="split a partition over several tasks when the bytes it recopies exceed N (0: never; "
+                        "default: its fair share of the cores, total / default parallelism, and at least 64 MiB)")
     p.add_argument("--ui", action="store_true",
                    help="enable the Spark UI; it listens on $SPARK_LOCAL_IP, which must then be set")
     args = p.parse_args(argv)
@@ -97,8 +106,9 @@ def _set_numba_cache(cache_dir: str) -> None:
     os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir)
 
 
-def probe_dirs(log_dirs: Sequence[str], expected: dict[str, list[str]], cache_dir: str) -> dict[str, Any]:
-    """What one executor sees of the log dirs, the partitions to clean and the numba cache dir."""
+def probe_dirs(log_dirs: Sequence[str], expected: dict[str, list[str]], cache_dir: str,
+               scratch_dir: str = "") -> dict[str, Any]:
+    """What one executor sees of the log dirs, the partitions to clean, the numba cache and scratch dirs."""
     seen: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "executor": executor_name(),
                             "dirs": {}}
     for d in log_dirs:
@@ -118,6 +128,9 @@ def probe_dirs(log_dirs: Sequence[str], expected: dict[str, list[str]], cache_di
         seen["cache_problem"] = None if os.access(cache_dir, os.W_OK) else "is not writable"
     except OSError as exc:
         seen["cache_problem"] = f"cannot be created ({exc.strerror})"
+    seen["scratch_problem"] = None
+    if scratch_dir and not (os.path.isdir(scratch_dir) and os.access(scratch_dir, os.W_OK | os.X_OK)):
+        seen["scratch_problem"] = "does not exist or is not writable"
     time.sleep(0.05)  # keep each probe task busy a moment, so the probes spread over the executors
     return seen
 
@@ -162,6 +175,39 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
                    traceback=traceback.format_exc(limit=8))
     out["task_finished_at"] = time.time()
     return out
+
+
+def _split_task(item: dict[str, Any], step: str) -> dict[str, Any]:
+    """One part of a split partition's round (``kafkalog.maintenance.split_clean``) in this executor:
+    a key-map bucket or a segment group. Failures come back as a dict, never as an exception."""
+    _set_numba_cache(item["numba_cache_dir"])
+    started = time.time()
+    out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "pid": os.getpid(),
+                           "task_started_at": started}
+    try:
+        from kafkalog.log.config import BrokerConfig
+        from kafkalog.log.store import LogStore
+        from kafkalog.maintenance import split_clean
+
+        store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
+        job = split_clean.SplitRound(**item["round"])
+        if step == "map":
+            out.update(split_clean.build_map_part(store, job, item["bucket"], item["buckets"], Path(item["prefix"])))
+        else:
+            out.update(split_clean.write_group(store, job, item["sources"], [Path(p) for p in item["prefixes"]]))
+        out["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - reported with the partition, which is then left untouched
+        out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
+    out["task_finished_at"] = time.time()
+    return out
+
+
+def map_part_task(item: dict[str, Any]) -> dict[str, Any]:
+    return _split_task(item, "map")
+
+
+def group_task(item: dict[str, Any]) -> dict[str, Any]:
+    return _split_task(item, "group")
 
 
 # --- driver: checks and plan -----------------------------------------------------------------------------
@@ -291,7 +337,7 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
 
 
 def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: Any,
-                        numba_cache_dir: str) -> dict[str, Any]:
+                        numba_cache_dir: str, scratch_dir: str = "") -> dict[str, Any]:
     locations = {(loc.topic_partition.topic, loc.topic_partition.partition): loc for loc in store.partitions()}
     expected: dict[str, list[str]] = {}
     for t in targets:
@@ -300,7 +346,7 @@ def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: A
             expected.setdefault(str(location.log_dir), []).append(location.directory.name)
     slices = max(2, 2 * sc.defaultParallelism)
     views = sc.parallelize(range(slices), slices).map(
-        lambda _: probe_dirs(log_dirs, expected, numba_cache_dir)).collect()
+        lambda _: probe_dirs(log_dirs, expected, numba_cache_dir, scratch_dir)).collect()
     for view in views:
         where = f"executor on {view['host']} (pid {view['pid']})"
         for d, problems in view["dirs"].items():
@@ -310,7 +356,101 @@ def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: A
         if view["cache_problem"]:
             raise JobError(f"numba cache dir {numba_cache_dir} {view['cache_problem']} on the {where}; "
                            "pass --numba-cache-dir DIR writable by every executor")
+        if view.get("scratch_problem"):
+            raise JobError(f"scratch dir {scratch_dir} {view['scratch_problem']} on the {where}; "
+                           "pass --scratch-dir DIR writable by every executor")
     return {"probe_tasks": len(views), "executors_seen": sorted({f"{v['host']}/{v['executor']}" for v in views})}
+
+
+# --- driver: a partition split over many tasks -----------------------------------------------------------
+def recopy_bytes(store: Any, target: dict[str, Any]) -> int:
+    """The bytes a round recopies: every segment below the first uncleanable offset."""
+    from kafkalog.log import names
+
+    try:
+        directory = store.locate(target["topic"], target["partition"]).directory
+    except Exception:  # noqa: BLE001 - a partition gone since planning fails in its own task
+        return 0
+    total = 0
+    for path in directory.iterdir():
+        parsed = names.parse_segment_file_name(path.name)
+        if parsed is not None and not parsed.state and parsed.suffix == names.LOG_SUFFIX \
+                and parsed.base_offset < target["first_uncleanable_offset"]:
+            total += path.stat().st_size
+    return total
+
+
+def choose_splits(shipped: Targets, sizes: list[int], split_bytes: int | None, parallelism: int) -> list[bool]:
+    """Which partitions to split: those whose recopy exceeds their fair share of the cores."""
+    if parallelism < 2 or split_bytes == 0:
+        return [False] * len(shipped)
+    threshold = split_bytes if split_bytes is not None else max(MIN_SPLIT_BYTES, sum(sizes) // parallelism)
+    return [size > threshold for size in sizes]
+
+
+def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, buckets: int) -> dict[str, Any]:
+    """One partition's round over many tasks, the driver holding its cleaner lock throughout: key-map
+    buckets in parallel, then segment groups in parallel, then the swaps here."""
+    from kafkalog.errors import KafkaLogError, LogLockedError
+    from kafkalog.log.lock import cleaner_lock
+    from kafkalog.maintenance import split_clean
+
+    started = time.time()
+    out: dict[str, Any] = {
+        "topic": target["topic"], "partition": target["partition"], "ok": False, "status": "failed",
+        "error": None, "error_type": None, "first_dirty_offset": target["first_dirty_offset"],
+        "first_uncleanable_offset": target["first_uncleanable_offset"], "host": socket.gethostname(),
+        "executor": "split", "pid": os.getpid(), "task_started_at": started,
+    }
+    job = split_clean.SplitRound(target["topic"], target["partition"], target["first_dirty_offset"],
+                                 target["first_uncleanable_offset"], target["now_ms"], target["wall_now_ms"])
+    common = {k: target[k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
+    common["round"] = job.__dict__
+    work = scratch / f"{target['topic']}-{target['partition']}"
+    written: list[dict[str, Any]] = []
+    try:
+        location = store.locate(target["topic"], target["partition"])
+        out["log_dir"] = str(location.log_dir)
+        with cleaner_lock(location.directory, timeout_s=0):
+            groups = split_clean.plan_split(store, location, job)
+            work.mkdir(parents=True, exist_ok=True)
+            prefixes = [str(work / f"map-{b}-of-{buckets}") for b in range(buckets)]
+            t_map = time.time()
+            parts = sc.parallelize([{**common, "bucket": b, "buckets": buckets, "prefix": prefixes[b]}
+                                    for b in range(buckets)], buckets).map(map_part_task).collect()
+            _raise_failed(parts, "key-map part")
+            t_groups = time.time()
+            written = sc.parallelize([{**common, "sources": g, "prefixes": prefixes} for g in groups],
+                                     max(1, len(groups))).map(group_task).collect()
+            _raise_failed(written, "segment group")
+            t_swap = time.time()
+            result = split_clean.swap_and_finish(store, location, job, written, parts, run_id=target["run_id"])
+            written = []  # swapped: nothing to discard
+        out.update(ok=True, status="cleaned", end_offset=result.end_offset,
+                   groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
+                   split={"buckets": buckets, "groups": len(groups), "map_s": round(t_groups - t_map, 3),
+                          "groups_s": round(t_swap - t_groups, 3), "swap_s": round(time.time() - t_swap, 3),
+                          "executors": sorted({t["executor"] for t in parts + written})})
+    except LogLockedError as exc:
+        out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
+    except (KafkaLogError, OSError) as exc:
+        out.update(error=str(exc), error_type=type(exc).__name__)
+    finally:
+        if written:  # a failed round: remove every .cleaned segment it wrote, the log stays as it was
+            split_clean.discard(store.locate(target["topic"], target["partition"]),
+                                [w["base_offset"] for w in written if w.get("ok")])
+        shutil.rmtree(work, ignore_errors=True)
+    out["task_finished_at"] = time.time()
+    return out
+
+
+def _raise_failed(results: Targets, what: str) -> None:
+    from kafkalog.errors import CleanerError
+
+    failed = [r for r in results if not r["ok"]]
+    if failed:
+        raise CleanerError(f"{len(failed)} {what} task(s) failed, the partition is left as it was; first: "
+                           f"{failed[0]['error']} (executor {failed[0]['executor']})")
 
 
 # --- driver: report --------------------------------------------------------------------------------------
@@ -393,11 +533,23 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
         if jvm_start is not None:
             timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)
         t_probe = time.time()
-        doc["spark"].update(check_executors_see(sc, log_dirs, shipped, store, cache_dir))
+        doc["spark"].update(check_executors_see(sc, log_dirs, shipped, store, cache_dir, doc["scratch_dir"]))
         timings["executor_check_s"] = round(time.time() - t_probe, 3)
         apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
+        sizes = [recopy_bytes(store, t) for t in shipped]
+        split = choose_splits(shipped, sizes, args.split_bytes, sc.defaultParallelism)
         t_job = time.time()
-        results: list[dict[str, Any]] = sc.parallelize(shipped, numSlices=len(shipped)).map(clean_one).collect()
+        results: list[dict[str, Any]] = []
+        scratch = Path(doc["scratch_dir"]) / doc["run_id"]
+        try:
+            for target, chosen in zip(shipped, split, strict=True):
+                if chosen:  # a huge partition takes every core: its parts run before the others
+                    results.append(clean_split(sc, store, target, scratch, sc.defaultParallelism))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        whole = [t for t, chosen in zip(shipped, split, strict=True) if not chosen]
+        if whole:
+            results += sc.parallelize(whole, numSlices=len(whole)).map(clean_one).collect()
         timings["clean_job_s"] = round(time.time() - t_job, 3)
         timings["first_task_started_s"] = round(min(r["task_started_at"] for r in results) - t_job, 3)
         timings["first_task_finished_s"] = round(min(r["task_finished_at"] for r in results) - t_job, 3)
@@ -415,6 +567,13 @@ def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
     broker_properties, broker = load_broker_properties(args)
     doc["log_dirs"] = log_dirs = resolve_log_dirs(args, broker.log_dirs)
     doc["numba_cache_dir"] = cache_dir = prepare_numba_cache(args, log_dirs)
+    scratch_dir = str(Path(args.scratch_dir or Path(log_dirs[0]).parent / DEFAULT_SCRATCH).resolve())
+    doc["scratch_dir"] = scratch_dir
+    try:
+        Path(scratch_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JobError(f"scratch dir {scratch_dir} cannot be created ({exc.strerror}); "
+                       "pass --scratch-dir DIR writable by every executor") from None
 
     from kafkalog.errors import KafkaLogError
     from kafkalog.log.store import LogStore

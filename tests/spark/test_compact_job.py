@@ -333,10 +333,34 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     assert _digest(distributed / f"{TOPIC}-0") == _digest(single / f"{TOPIC}-0")
 
 
+def _check_split(run: JobRun, partitions: int) -> set[str]:
+    """Every partition was split (key-map buckets and segment groups as tasks); the executors used."""
+    assert run.code == 0, run.explain()
+    splits = [p.get("split") for p in run.report["partitions"]]
+    assert len(splits) == partitions and all(s and s["buckets"] == 2 and s["groups"] > 1 for s in splits), splits
+    return {e for s in splits if s for e in s["executors"]}
+
+
+def test_local_job_splitting_each_partition_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=20, seed=3)
+    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    now_ms, wall_ms = _clocks()
+    _compact_single_process(single, now_ms, wall_ms)
+    run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, job_args=["--split-bytes", "1"])
+    _print_timings("local[2], split", run)
+    _check_split(run, 3)
+    assert _digest(distributed) == _digest(single)
+    scratch = Path(run.report["scratch_dir"])
+    assert scratch.is_dir() and not any(scratch.iterdir())  # the key-map parts are gone
+
+
 def test_standalone_cluster_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
+    """Per partition, and with each partition split over both workers."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=20, seed=11)
-    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    single = _copy(template, tmp_path / "a" / "logs")
+    whole, split = _copy(template, tmp_path / "b" / "logs"), _copy(template, tmp_path / "c" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
 
@@ -344,17 +368,23 @@ def test_standalone_cluster_writes_the_same_bytes(tmp_path: Path, spark: Spark) 
     with _standalone_cluster(spark, tmp_path / "cluster") as (url, cluster_pids):
         cluster_s = time.perf_counter() - started
         # Wait for both executors before scheduling, so the partitions spread over both workers.
-        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master=url,
-                      conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"],
+        conf = ["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"]
+        run = _submit(spark, [whole], tmp_path / "report.json", now_ms, wall_ms, master=url, conf=conf,
                       watch=cluster_pids)
+        split_run = _submit(spark, [split], tmp_path / "split.json", now_ms, wall_ms, master=url, conf=conf,
+                            watch=cluster_pids, job_args=["--split-bytes", "1"])
     print(f"\nstandalone: master + 2 workers ALIVE after {cluster_s:.1f} s")
     _print_timings("standalone", run)
+    _print_timings("standalone, split", split_run)
     assert run.code == 0, run.explain()
     assert run.report["spark"]["master"] == url
     executors = {p["executor"] for p in run.report["partitions"]}
     assert len(executors) == 2 and "driver" not in executors, run.report["partitions"]
-    assert _digest(distributed) == _digest(single)
-    assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
+    assert _digest(whole) == _digest(single)
+    assert len(_check_split(split_run, 3)) == 2  # the parts of each partition ran on both workers
+    assert _digest(split) == _digest(single)
+    for job in (run, split_run):
+        assert job.listening and all(ipaddress.ip_address(a).is_loopback for a in job.listening), job.listening
 
 
 def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: Spark) -> None:

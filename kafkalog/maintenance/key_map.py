@@ -91,11 +91,12 @@ class KeyMap:
 
     @classmethod
     def load(cls, prefix: Path) -> KeyMap:
-        """A saved map, memory-mapped read-only (only the slots probed are paged in)."""
+        """A saved map, memory-mapped copy-on-write (only the slots probed are paged in)."""
         try:
             meta = json.loads(Path(f"{prefix}.json").read_text())
-            table = np.load(f"{prefix}.table.npy", mmap_mode="r")
-            arena = np.load(f"{prefix}.arena.npy", mmap_mode="r") if meta["size"] else np.empty(0, np.uint8)
+            # Copy-on-write maps: writable arrays, so the kernels compiled for a built map serve it too.
+            table = np.load(f"{prefix}.table.npy", mmap_mode="c")
+            arena = np.load(f"{prefix}.arena.npy", mmap_mode="c") if meta["size"] else np.empty(0, np.uint8)
         except (OSError, ValueError, KeyError) as exc:
             raise CleanerError(f"key map {prefix}: cannot be read ({exc})") from None
         if table.ndim != 2 or table.shape[1] != SLOT_WORDS or table.dtype != np.int64:

@@ -6,9 +6,9 @@ Python worker, seen holding the partition's cleaner lock, is frozen with SIGSTOP
 lock the partition's in-flight files are noted and the executor's whole tree (its JVM, pyspark's daemon
 and workers: descendants of the standalone workers, stopped and then killed by id, never by name) is
 killed. The moments: (1) a first attempt once a third of its partition's old segments are swapped out;
-(2) the first attempt started after kill 1, as soon as it is seen (the retry resolving kill 1's leftover
-``.cleaned``/``.swap`` files, or another partition building its key map); (3) an attempt started after
-kill 2 once it has swapped out three more segments (a retry recleaning a partly swapped partition). Spark
+(2) the first attempt seen taking a cleaner lock after kill 1, at once (typically the retry resolving
+kill 1's leftover ``.cleaned``/``.swap`` files); (3) an attempt first seen after kill 2, once it has
+swapped out three more segments (typically a retry recleaning a partly swapped partition). Spark
 re-runs lost tasks on a surviving or a relaunched executor and finishes, or gives up: either is fine.
 
 Afterwards ``kafkalog recover`` and ``kafkalog verify`` must pass, every partition must keep each key's
@@ -58,17 +58,17 @@ from spark_jobs.processes import descendants, kill_tree, listening_addresses
 
 pytestmark = pytest.mark.spark
 
-spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java, fails so under CI=true
+spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 PARTITIONS = range(len(CODECS))
 EXECUTOR_MAIN = b"CoarseGrainedExecutorBackend"
 # Every JVM here (master, workers, driver, executors and those relaunched after each kill) does little but
 # start: C1 only and one GC thread roughly halve the job's time on a two-core machine.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-# (name, how many old segments a task attempt started after the previous kill must have swapped out since
-# it was first seen, given how many of its partition's segments the single-process cleaner swaps out)
+# (name, how many old segments a task attempt first seen after the previous kill must have swapped out
+# since it was first seen, given how many of its partition's segments the single-process cleaner swaps out)
 MOMENTS: list[tuple[str, Callable[[int], int]]] = [
     ("kill 1, a first attempt mid-swap", lambda old: max(1, old // 3)),
-    ("kill 2, the next attempt as soon as seen", lambda old: 0),
+    ("kill 2, the next attempt at once", lambda old: 0),
     ("kill 3, a later attempt mid-swap", lambda old: 3),
 ]
 
@@ -326,8 +326,9 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
     for r in run.report.get("partitions", []):
         print(f"  {r['topic']}-{r['partition']}: {r['status']} on {r.get('executor')} {r.get('error') or ''}")
     assert len(kills) == len(MOMENTS), f"{len(kills)} kills: {[k.describe() for k in kills]}\n{run.explain()}"
-    for kill, (_, wanted) in zip(kills, MOMENTS, strict=True):
-        assert kill.state["swapped_out"] - kill.swapped_at_start >= wanted(old_segments[kill.holder.partition_dir])
+    for kill, (_, wanted) in zip(kills, MOMENTS, strict=True):  # (a retry's first steps may delete *.deleted)
+        need = wanted(old_segments[kill.holder.partition_dir])
+        assert need == 0 or kill.state["swapped_out"] - kill.swapped_at_start >= need, kill.describe()
     assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
     if run.code == 0:

@@ -276,18 +276,6 @@ def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows:
 
 
 @numba.njit(cache=True, nogil=True)
-def key_buckets(data: U8, key_pos: I64, key_len: I32, rows: I64, buckets: int) -> I64:
-    """Which of ``buckets`` parts of a partitioned key map each row's key belongs to. Uses hash bits
-    that neither the home slot (top 32) nor the slot-order sort (top 12) depends on much."""
-    out = np.empty(len(rows), dtype=np.int64)
-    for i in range(len(rows)):
-        r = rows[i]
-        h = np.uint64(_hash_one(data, key_pos[r], key_len[r]))
-        out[i] = np.int64(((h >> np.uint64(8)) & np.uint64(0xFFFFFF)) % np.uint64(buckets))
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
 def table_rehash(table: Any, arena: U8, new: Any) -> None:
     """Move every entry into the (larger, empty) new table; home slots are recomputed from the
     stored keys' hashes (the tag keeps only part of the hash)."""

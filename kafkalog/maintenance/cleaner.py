@@ -43,7 +43,6 @@ from kafkalog.format.rewrite import (
     REBUILD,
     after_timestamp_delta,
     assemble_uncompressed,
-    key_buckets,
     rebuild_records,
     records_equal,
 )
@@ -66,7 +65,7 @@ from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.maintenance import journal
-from kafkalog.maintenance.key_map import BucketedKeyMap, KeyMap
+from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
 from kafkalog.maintenance.txn_tracker import TxnTracker
 
 I64 = npt.NDArray[np.int64]
@@ -267,23 +266,23 @@ def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
             if s.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
 
 
-def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, bucket: int = 0,
-                  buckets: int = 1) -> KeyMap:
-    """The key map of the dirty range; with ``buckets`` > 1 only the keys whose hash falls in
-    ``bucket`` (the maps of all buckets together hold exactly the one-bucket map's entries), and
-    only the CRCs of every ``buckets``-th dirty segment are checked, so parallel builders share that
-    work too."""
+def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, part: int = 0,
+                  parts: int = 1) -> KeyMap:
+    """The key map of the dirty range; with ``parts`` > 1 only of the ``part``-th of that many
+    contiguous slices of the dirty segments (``map_slices``). Slices hold disjoint, increasing offset
+    ranges, so for any key the latest slice that has it holds its latest offset (``RangedKeyMap``)."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
+    dirty = map_slices(dirty_segments(ctx), parts)[part]
     key_map = KeyMap()
     workspace = ColumnWorkspace()  # one segment's columns at a time: the map keeps what it needs
-    tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end)
-    dirty = dirty_segments(ctx)
-    for i, segment in enumerate(dirty):
-        mine = i % buckets == bucket
-        data, batches, records = _scan(segment, check_crc=mine, workspace=workspace)
-        if mine:
-            verified.add(segment.base_offset)
-            stats.dirty_bytes += len(data)
+    # Which data batches belong to aborted transactions depends only on their offsets and the aborted
+    # transactions overlapping them, so a slice decides exactly as a pass from the first dirty offset.
+    slice_start = max(start, dirty[0].base_offset) if dirty else start
+    tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= slice_start and t.first_offset < end)
+    for segment in dirty:
+        data, batches, records = _scan(segment, workspace=workspace)
+        verified.add(segment.base_offset)
+        stats.dirty_bytes += len(data)
         controls = _control_types(batches, records)
         skip = np.zeros(len(batches), dtype=bool)
         has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
@@ -299,14 +298,23 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             skip = (batches.attributes & fmt.CONTROL_MASK) != 0
         rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
                               & ~skip[records.batch_index])
-        if buckets > 1:
-            rows = rows[key_buckets(records.data, records.key_pos, records.key_len, rows.astype(np.int64),
-                                    buckets) == bucket]
         key_map.add(records, rows)
     key_map.update_latest_offset(end - 1)
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
     return key_map
+
+
+def map_slices(segments: list[LogSegment], parts: int) -> list[list[LogSegment]]:
+    """``segments`` cut into ``parts`` contiguous slices of about equal bytes (some may be empty)."""
+    total = sum(s.size for s in segments)
+    slices: list[list[LogSegment]] = [[] for _ in range(parts)]
+    done = 0
+    for segment in segments:
+        # The slice this segment's middle byte falls in: balanced, and every slice in offset order.
+        slices[min(parts - 1, (2 * done + segment.size) * parts // (2 * total) if total else 0)].append(segment)
+        done += segment.size
+    return slices
 
 
 def _legacy_delete_horizon(segments: Sequence[LogSegment], first_dirty: int, delete_retention_ms: int) -> int:
@@ -357,7 +365,7 @@ class CleanedGroup:
     fingerprint: list[tuple[int, int, int]]  # of the sources when they were read
 
 
-def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: KeyMap | BucketedKeyMap,
+def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: KeyMap | RangedKeyMap,
                         stats: CleanerStats, verified: set[int]) -> CleanedGroup:
     """Recopy one group of source segments into a verified ``.cleaned`` segment (files only: the
     log is unchanged until ``swap_cleaned_group``). Groups are independent, so they may be written
@@ -430,7 +438,7 @@ def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
     return base_offset, info.st_size, info.st_mtime_ns
 
 
-def _clean_segment(segment: LogSegment, key_map: KeyMap | BucketedKeyMap, tracker: TxnTracker,
+def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker: TxnTracker,
                    producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
                    stats: CleanerStats, cover_end: bool = False, *, check_crc: bool = True,
                    workspace: ColumnWorkspace | None = None) -> bytes:

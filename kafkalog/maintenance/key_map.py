@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kafkalog.errors import CleanerError
-from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, key_buckets, table_get, table_put, table_rehash
+from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, table_get, table_put, table_rehash
 from kafkalog.format.scan import RecordColumns
 
 I64 = npt.NDArray[np.int64]
@@ -108,26 +108,28 @@ class KeyMap:
         return key_map
 
 
-class BucketedKeyMap:
-    """The key map as ``len(parts)`` maps of disjoint keys (``key_buckets`` decides which part holds
-    a key), built in parallel; it answers ``lookup`` exactly as the one map over every key would."""
+class RangedKeyMap:
+    """The key map as maps of successive, disjoint offset ranges (built in parallel, one per slice of
+    the dirty segments); ``lookup`` answers exactly as one map over the whole range: a key's latest
+    offset is in the latest range that has the key."""
 
     def __init__(self, parts: Sequence[KeyMap], latest_offset: int) -> None:
-        self.parts = list(parts)
+        self.parts = list(parts)  # in offset order
         self.latest_offset = latest_offset
         self.records = sum(p.records for p in parts)
 
     def __len__(self) -> int:
+        """Keys counted once per range that holds them (an upper bound of the distinct keys)."""
         return sum(len(p) for p in self.parts)
 
     def lookup(self, columns: RecordColumns, rows: I64) -> I64:
         rows = rows.astype(np.int64, copy=False)
-        if len(self.parts) == 1:
-            return self.parts[0].lookup(columns, rows)
         out = np.full(len(rows), -1, dtype=np.int64)
-        bucket = key_buckets(columns.data, columns.key_pos, columns.key_len, rows, len(self.parts))
-        for b, part in enumerate(self.parts):
-            mine = np.flatnonzero(bucket == b)
-            if len(mine):
-                out[mine] = part.lookup(columns, rows[mine])
+        todo = np.arange(len(rows))
+        for part in reversed(self.parts):
+            if not len(todo):
+                break
+            found = part.lookup(columns, rows[todo])
+            out[todo] = found
+            todo = todo[found < 0]
         return out

@@ -7,9 +7,9 @@ workers (the Spark job):
 
 1. the driver, holding the partition's cleaner lock until step 4: ``plan_split`` — leftovers of a
    crashed cleaner resolved, the segment groups (lists of source base offsets);
-2. ``buckets`` workers in parallel: ``build_map_part`` — the part of the key map whose keys hash to
-   one bucket, saved under a prefix in a scratch dir every worker sees;
-3. one worker per group, in parallel: ``write_group`` — loads every part (memory-mapped) and writes
+2. several workers in parallel: ``build_map_part`` — the key map of one slice of the dirty segments
+   (contiguous, about equal bytes), saved under a prefix in a scratch dir every worker sees;
+3. one worker per group, in parallel: ``write_group`` — maps every part (copy-on-write) and writes
    the group's verified ``.cleaned`` segment beside the sources; the log is unchanged;
 4. the driver: ``swap_and_finish`` — each group swapped in under the partition lock (unless its
    sources changed since they were read), the cleaner checkpoint, the journal; or, when any part
@@ -44,7 +44,7 @@ from kafkalog.maintenance.cleaner import (
     swap_cleaned_group,
     write_cleaned_group,
 )
-from kafkalog.maintenance.key_map import BucketedKeyMap, KeyMap
+from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
 
 
 @dataclass(frozen=True)
@@ -72,12 +72,12 @@ def plan_split(store: LogStore, location: PartitionLocation, job: SplitRound) ->
     return [[s.base_offset for s in group] for group in job.open(store).groups()]
 
 
-def build_map_part(store: LogStore, job: SplitRound, bucket: int, buckets: int, prefix: Path) -> dict[str, Any]:
-    """Step 2: build and save one bucket's part of the key map; returns its statistics."""
+def build_map_part(store: LogStore, job: SplitRound, part: int, parts: int, prefix: Path) -> dict[str, Any]:
+    """Step 2: build and save the key map of one slice of the dirty segments; returns its statistics."""
     started = time.perf_counter()
     stats = CleanerStats()
-    build_key_map(job.open(store), stats, set(), bucket=bucket, buckets=buckets).save(prefix)
-    return {"bucket": bucket, "map_records": stats.map_records, "map_keys": stats.map_keys,
+    build_key_map(job.open(store), stats, set(), part=part, parts=parts).save(prefix)
+    return {"part": part, "map_records": stats.map_records, "map_keys": stats.map_keys,
             "dirty_bytes": stats.dirty_bytes, "map_seconds": time.perf_counter() - started}
 
 
@@ -89,10 +89,10 @@ def write_group(store: LogStore, job: SplitRound, sources: list[int], prefixes: 
     missing = [b for b in sources if b not in by_base]
     if missing:
         raise CleanerError(f"{ctx.location.directory}: segments {missing} of a group to clean are gone")
-    key_map = BucketedKeyMap([KeyMap.load(p) for p in prefixes], ctx.end_offset - 1)
+    key_map = RangedKeyMap([KeyMap.load(p) for p in prefixes], ctx.end_offset - 1)
     stats = CleanerStats()
-    # The map parts checked every dirty segment's CRCs (each part a share of them); the clean segments
-    # below the dirty range are checked here, as in one process.
+    # The map parts checked the CRCs of every dirty segment; the clean segments below the dirty range
+    # are checked here, as in one process.
     verified = {s.base_offset for s in dirty_segments(ctx)}
     cleaned = write_cleaned_group(ctx, [by_base[b] for b in sources], key_map, stats, verified)
     stats.clean_seconds = time.perf_counter() - started

@@ -334,10 +334,10 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
 
 
 def _check_split(run: JobRun, partitions: int) -> set[str]:
-    """Every partition was split (key-map buckets and segment groups as tasks); the executors used."""
+    """Every partition was split (key-map slices and segment groups as tasks); the executors used."""
     assert run.code == 0, run.explain()
     splits = [p.get("split") for p in run.report["partitions"]]
-    assert len(splits) == partitions and all(s and s["buckets"] == 2 and s["groups"] > 1 for s in splits), splits
+    assert len(splits) == partitions and all(s and s["map_parts"] == 2 and s["groups"] > 1 for s in splits), splits
     return {e for s in splits if s for e in s["executors"]}
 
 

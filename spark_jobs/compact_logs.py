@@ -432,17 +432,21 @@ def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, part
                                    for p in range(parts)], parts).map(map_part_task).collect()
             _raise_failed(maps, "key-map part")
             t_groups = time.time()
-            written = sc.parallelize([{**common, "sources": g, "prefixes": prefixes} for g in groups],
+            # Latest groups first: they keep the most records (a key's latest record is late in the log),
+            # so the long tasks start first and the short ones fill in behind them.
+            written = sc.parallelize([{**common, "sources": g, "prefixes": prefixes} for g in reversed(groups)],
                                      max(1, len(groups))).map(group_task).collect()
             _raise_failed(written, "segment group")
             t_swap = time.time()
             result = split_clean.swap_and_finish(store, location, job, written, maps, run_id=target["run_id"])
-            written = []  # swapped: nothing to discard
+            done, written = written, []  # swapped: nothing to discard
         out.update(ok=True, status="cleaned", end_offset=result.end_offset,
                    groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
                    split={"map_parts": parts, "groups": len(groups), "map_s": round(t_groups - t_map, 3),
                           "groups_s": round(t_swap - t_groups, 3), "swap_s": round(time.time() - t_swap, 3),
-                          "executors": sorted({t["executor"] for t in maps + written})})
+                          "executors": sorted({t["executor"] for t in maps + done}),
+                          "map_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in maps],
+                          "group_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in done]})
     except LogLockedError as exc:
         out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
     except (KafkaLogError, OSError) as exc:

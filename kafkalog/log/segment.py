@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from kafkalog.errors import CorruptRecordError, InvalidRecordError, OffsetOverflowError
 from kafkalog.format import batch as fmt
@@ -212,44 +213,48 @@ class LogSegment:
                 f"{where}corrupt batch at byte {valid_bytes} with valid data after it; nothing was "
                 "changed (run `kafkalog recover` to truncate the log there, as Kafka's recovery would)"
             )
-        self.offset_index.reset()
-        self.time_index.reset()
         self.txn_index.reset()
-        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
         batches = scan_batches(data, 0, valid_bytes)
-        last_index_entry = 0
-        offset_entries: list[tuple[int, int]] = []
-        time_entries: list[tuple[int, int]] = []
-        positions = batches.position.tolist()
-        last_offsets = batches.last_offset.tolist()
-        max_timestamps = batches.max_timestamp.tolist()
-        with_producer = set(np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist())
-        for i, position in enumerate(positions):
-            if max_timestamps[i] > self.max_timestamp_so_far:
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = max_timestamps[i], last_offsets[i]
-            if position - last_index_entry > self.settings.index_interval_bytes:
-                offset_entries.append((last_offsets[i], position))
-                if not time_entries or self.max_timestamp_so_far > time_entries[-1][0]:
-                    time_entries.append((self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far))
-                last_index_entry = position
-            if i in with_producer:
-                aborted = state.update(summarize_batch(data, batches, i))
-                if aborted is not None:
-                    self.txn_index.append(aborted)
-        # The same entries Kafka's per-batch appends would make, written in one go.
-        self.offset_index.write_entries(offset_entries)
-        self.time_index.write_entries([e for e in time_entries if e[0] >= 0])
+        for i in np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist():
+            aborted = state.update(summarize_batch(data, batches, i))
+            if aborted is not None:
+                self.txn_index.append(aborted)
         truncated = len(data) - valid_bytes
         if truncated:
             os.truncate(self.log_path, valid_bytes)
+        self.rebuild_indexes(batches.position, batches.last_offset, batches.max_timestamp, valid_bytes)
+        return truncated
+
+    def rebuild_indexes(self, positions: npt.NDArray[np.int64], last_offsets: npt.NDArray[np.int64],
+                        max_timestamps: npt.NDArray[np.int64], size: int) -> None:
+        """Write the offset and time indexes of a ``.log`` of ``size`` bytes whose batches start at
+        ``positions`` (already validated): the entries Kafka's per-batch appends would make."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
+        last_index_entry = 0
+        offset_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        last_offset_list = last_offsets.tolist()
+        max_timestamp_list = max_timestamps.tolist()
+        for i, position in enumerate(positions.tolist()):
+            if max_timestamp_list[i] > self.max_timestamp_so_far:
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = max_timestamp_list[i], \
+                    last_offset_list[i]
+            if position - last_index_entry > self.settings.index_interval_bytes:
+                offset_entries.append((last_offset_list[i], position))
+                if not time_entries or self.max_timestamp_so_far > time_entries[-1][0]:
+                    time_entries.append((self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far))
+                last_index_entry = position
+        self.offset_index.write_entries(offset_entries)
+        self.time_index.write_entries([e for e in time_entries if e[0] >= 0])
         if not self.offset_index.path.exists():
             self.offset_index.path.touch()
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                                      skip_full_check=True)
         if not self.time_index.path.exists():
             self.time_index.path.touch()
-        self.bytes_since_last_index_entry = valid_bytes - last_index_entry if len(batches) else 0
-        return truncated
+        self.bytes_since_last_index_entry = size - last_index_entry if len(positions) else 0
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Drop every batch holding an offset ≥ ``offset``; returns the bytes removed."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -70,6 +71,25 @@ from kafkalog.maintenance.txn_tracker import TxnTracker
 
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | memoryview
+
+
+class _Scratch(threading.local):
+    """Memory reused by every segment this thread cleans: writing fresh pages costs more than the
+    work done in them on a VM that returns freed memory to its host, so the columns of the source
+    and of the cleaned output, and the output itself, live in buffers that only ever grow."""
+
+    def __init__(self) -> None:
+        self.source = ColumnWorkspace()
+        self.output = ColumnWorkspace()
+        self._bytes = np.empty(0, dtype=np.uint8)
+
+    def out_bytes(self, size: int) -> npt.NDArray[np.uint8]:
+        if len(self._bytes) < size:
+            self._bytes = np.empty(max(size, len(self._bytes) * 5 // 4), dtype=np.uint8)
+        return self._bytes
+
+
+_scratch = _Scratch()
 
 
 @dataclass
@@ -274,7 +294,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     start, end = ctx.first_dirty_offset, ctx.end_offset
     dirty = map_slices(dirty_segments(ctx), parts)[part]
     key_map = KeyMap()
-    workspace = ColumnWorkspace()  # one segment's columns at a time: the map keeps what it needs
+    workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
     # Which data batches belong to aborted transactions depends only on their offsets and the aborted
     # transactions overlapping them, so a slice decides exactly as a pass from the first dirty offset.
     slice_start = max(start, dirty[0].base_offset) if dirty else start
@@ -376,33 +396,40 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Key
     fingerprint = [_fingerprint(directory, s.base_offset) for s in group]
     tracker = TxnTracker()
     bases = [s.base_offset for s in log.segments]
-    parts: list[bytes] = []
-    workspace = ColumnWorkspace()
-    for segment in group:
-        i = bases.index(segment.base_offset)
-        upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
-        tracker.add_aborted(t for t in ctx.aborted if t.last_offset >= segment.base_offset and t.first_offset < upper)
-        retain_legacy = segment.last_modified_ms() > ctx.legacy_horizon
-        # The cleaned segment must reach into the group's last source segment: crash recovery rolls
-        # a swap forward over [its base, its next offset) only, and an old segment left beyond that
-        # range would survive beside the new one. So if the last source segment would contribute
-        # nothing, its last batch is kept as a 61-byte empty batch.
-        cover_end = len(group) > 1 and segment is group[-1]
-        parts.append(_clean_segment(segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
-                                    retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified,
-                                    workspace=workspace))
     cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
                                                           log.config.segment_index_bytes), suffix=names.CLEANED_SUFFIX)
     try:
         cleaned.delete_files()
+        positions: list[I64] = []  # the output's batches: where they start, their last offsets and max timestamps
+        last_offsets: list[I64] = []
+        max_timestamps: list[I64] = []
+        size = 0
         with open(cleaned.log_path, "wb") as f:
-            for part in parts:
-                f.write(part)
+            for segment in group:
+                i = bases.index(segment.base_offset)
+                upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+                tracker.add_aborted(t for t in ctx.aborted
+                                    if t.last_offset >= segment.base_offset and t.first_offset < upper)
+                retain_legacy = segment.last_modified_ms() > ctx.legacy_horizon
+                # The cleaned segment must reach into the group's last source segment: crash recovery
+                # rolls a swap forward over [its base, its next offset) only, and an old segment left
+                # beyond that range would survive beside the new one. So if the last source segment
+                # would contribute nothing, its last batch is kept as a 61-byte empty batch.
+                cover_end = len(group) > 1 and segment is group[-1]
+                part, part_batches = _clean_segment(
+                    segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock, retain_legacy,
+                    stats, cover_end, check_crc=segment.base_offset not in verified)
+                f.write(part)  # now: the part lives in memory reused for the next segment
+                positions.append(part_batches.position + size)
+                last_offsets.append(part_batches.last_offset)
+                max_timestamps.append(part_batches.max_timestamp)
+                size += len(part)
             f.flush()
             os.fsync(f.fileno())
-        if cleaned.recover() != 0:
-            raise CleanerError(f"{cleaned.log_path}: cleaned output failed its CRC/size checks")
-        cleaned.txn_index.reset()
+        # The output was verified batch by batch (CRCs, offsets, records): index it from those batches
+        # rather than read it back, as recovery would index it.
+        cleaned.rebuild_indexes(np.concatenate(positions), np.concatenate(last_offsets),
+                                np.concatenate(max_timestamps), size)
         for txn in tracker.cleaned_index_entries:
             cleaned.txn_index.append(txn)
         cleaned.close()
@@ -440,10 +467,11 @@ def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
 
 def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker: TxnTracker,
                    producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
-                   stats: CleanerStats, cover_end: bool = False, *, check_crc: bool = True,
-                   workspace: ColumnWorkspace | None = None) -> bytes:
-    """``cleanInto`` for one source segment: the bytes of its retained batches, verified."""
-    data, batches, records = _scan(segment, check_crc=check_crc, workspace=workspace)
+                   stats: CleanerStats, cover_end: bool = False, *,
+                   check_crc: bool = True) -> tuple[Buffer, BatchColumns]:
+    """``cleanInto`` for one source segment: the bytes of its retained batches, verified, and their
+    batches. The bytes may be a view of scratch memory, valid until the next segment is cleaned."""
+    data, batches, records = _scan(segment, check_crc=check_crc, workspace=_scratch.source)
     n = len(batches)
     stats.bytes_read += len(data)
     stats.records_read += len(records)
@@ -494,15 +522,15 @@ def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker:
         action[-1] = EMPTY
     row_start = np.searchsorted(b_of, np.arange(n + 1)) if len(records) else np.zeros(n + 1, dtype=np.int64)
     out = _assemble(data, batches, records, keep, action, row_start, needs_horizon, clock, stats)
-    _verify(segment, out, records, keep, batches, action)
+    out_batches = _verify(segment, out, records, keep, batches, action)
     stats.bytes_written += len(out)
     stats.records_written += int(keep.sum())
-    return out
+    return out, out_batches
 
 
 def _assemble(data: Buffer, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],
               action: I64, row_start: I64, needs_horizon: npt.NDArray[np.bool_], clock: _Clock,
-              stats: CleanerStats) -> bytes:
+              stats: CleanerStats) -> Buffer:
     stats.batches_copied += int((action == COPY).sum())
     stats.batches_rebuilt += int((action == REBUILD).sum())
     stats.empty_batches_kept += int((action == EMPTY).sum())
@@ -512,7 +540,7 @@ def _assemble(data: Buffer, batches: BatchColumns, records: RecordColumns, keep:
 
 
 def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],
-                       action: I64, row_start: I64, needs_horizon: npt.NDArray[np.bool_], clock: _Clock) -> bytes:
+                       action: I64, row_start: I64, needs_horizon: npt.NDArray[np.bool_], clock: _Clock) -> Buffer:
     """One compiled pass writes every batch (rebuilt records uncompressed); Python then compresses the
     records of rebuilt compressed batches with their codec and fills in the CRCs."""
     has_horizon = (batches.attributes & fmt.DELETE_HORIZON_MASK) != 0
@@ -520,7 +548,7 @@ def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColum
     # Room for every batch copied, plus every record rebuilt uncompressed with a timestamp delta that
     # grew to 10 bytes (a stamped horizon), plus an empty header for every batch.
     rebuilt_bytes = int(records.record_size.sum(dtype=np.int64)) if len(records) else 0
-    out = np.empty(len(data) + rebuilt_bytes + 10 * len(records) + 61 * len(batches), dtype=np.uint8)
+    out = _scratch.out_bytes(len(data) + rebuilt_bytes + 10 * len(records) + 61 * len(batches))
     end, starts, needs_crc = assemble_uncompressed(
         as_array(data), batches.position, batches.size, action.astype(np.int64), row_start.astype(np.int64),
         keep, horizon.astype(np.int64), records.data, records.record_pos, records.record_size, records.timestamp,
@@ -533,7 +561,7 @@ def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColum
         length = int.from_bytes(view[s + 8:s + 12], "big")
         struct.pack_into(">I", view, s + fmt.CRC_OFFSET, crc32c(view[s + fmt.ATTRIBUTES_OFFSET:s + 12 + length]))
     if not recompress.any():
-        return bytes(view[:end])
+        return view[:end]
     parts: list[bytes | bytearray | memoryview] = []
     cursor = 0
     for b in np.flatnonzero(recompress):
@@ -593,9 +621,10 @@ def _assemble_per_batch(data: Buffer, batches: BatchColumns, records: RecordColu
     return bytes(out)
 
 
-def _verify(segment: LogSegment, out: bytes, records: RecordColumns, keep: npt.NDArray[np.bool_],
-            batches: BatchColumns, action: I64) -> None:
-    """The output holds exactly the records that had to survive, byte for byte, in valid batches."""
+def _verify(segment: LogSegment, out: Buffer, records: RecordColumns, keep: npt.NDArray[np.bool_],
+            batches: BatchColumns, action: I64) -> BatchColumns:
+    """The output holds exactly the records that had to survive, byte for byte, in valid batches;
+    returns its batches."""
     where = f"{segment.log_path} (cleaned): "
     out_batches = scan_batches(out, where=where)
     corrupt = find_corrupt_batch(out, out_batches, where)
@@ -605,7 +634,7 @@ def _verify(segment: LogSegment, out: bytes, records: RecordColumns, keep: npt.N
     if not (np.array_equal(out_batches.base_offset, batches.base_offset[kept_batches])
             and np.array_equal(out_batches.last_offset, batches.last_offset[kept_batches])):
         raise CleanerError(f"{where}batch base/last offsets differ from the source batches")
-    out_records = scan_records(out, out_batches, where=where)
+    out_records = scan_records(out, out_batches, where=where, workspace=_scratch.output)
     expected = np.flatnonzero(keep).astype(np.int64)
     if not (np.array_equal(out_records.offset, records.offset[expected])
             and np.array_equal(out_records.timestamp, records.timestamp[expected])):
@@ -617,6 +646,7 @@ def _verify(segment: LogSegment, out: bytes, records: RecordColumns, keep: npt.N
                         after_timestamp_delta(out_records.data, out_records.record_pos, mine))
     if bad >= 0:
         raise CleanerError(f"{where}record at offset {int(out_records.offset[bad])} differs from its source")
+    return out_batches
 
 
 # --- 4. checkpoint ---------------------------------------------------------------------------------

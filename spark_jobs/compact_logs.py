@@ -1,14 +1,16 @@
-"""Compact Kafka-format logs with Spark: plan on the driver, clean one partition per task on the executors.
+"""Compact Kafka-format logs with Spark: plan on the driver, clean on the executors.
 
     spark-submit spark_jobs/compact_logs.py --log-dir DIR [--log-dir DIR2] \\
         [--plan PLAN.json | --topic T [--partition P]] --now-ms MS --report REPORT.json [--config-file F]
 
 The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
 reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
-the same log dirs, and runs ``clean_partition`` for each selected partition in its own task. Tasks
-get paths and offsets and return a small dict: no record bytes go through Spark. Every task uses the
-driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are byte for
-byte those of ``kafkalog compact`` in one process for the same input and clocks.
+the same log dirs, and runs ``clean_partition`` for each selected partition in its own task; a
+partition bigger than its share of the cores is split instead (``clean_split``: key maps of slices
+of its dirty segments in parallel, then its segment groups in parallel, the swaps on the driver).
+Tasks get paths and offsets and return a small dict: no record bytes go through Spark. Every task
+uses the driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are
+byte for byte those of ``kafkalog compact`` in one process for the same input and clocks.
 
 Exit codes: 0 every planned partition was cleaned; 1 the job refused to run or Spark failed (bad
 arguments, a log dir missing or not shared with the executors, an unreadable plan); 2 it ran, and at

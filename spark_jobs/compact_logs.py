@@ -25,6 +25,7 @@ recoverable to old or new by ``kafkalog recover``; running the job again finishe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -421,45 +422,67 @@ def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, part
     common = {k: target[k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
     common["round"] = job.__dict__
     work = scratch / f"{target['topic']}-{target['partition']}"
-    written: list[dict[str, Any]] = []
     try:
         location = store.locate(target["topic"], target["partition"])
         out["log_dir"] = str(location.log_dir)
         with cleaner_lock(location.directory, timeout_s=0):
+            _remove_stale_maps(scratch, work.name)
             groups = split_clean.plan_split(store, location, job)
-            work.mkdir(parents=True, exist_ok=True)
-            prefixes = [str(work / f"map-{p}-of-{parts}") for p in range(parts)]
-            t_map = time.time()
-            maps = sc.parallelize([{**common, "part": p, "parts": parts, "prefix": prefixes[p]}
-                                   for p in range(parts)], parts).map(map_part_task).collect()
-            _raise_failed(maps, "key-map part")
-            t_groups = time.time()
-            # Latest groups first: they keep the most records (a key's latest record is late in the log),
-            # so the long tasks start first and the short ones fill in behind them.
-            written = sc.parallelize([{**common, "sources": g, "prefixes": prefixes} for g in reversed(groups)],
-                                     max(1, len(groups))).map(group_task).collect()
-            _raise_failed(written, "segment group")
-            t_swap = time.time()
-            result = split_clean.swap_and_finish(store, location, job, written, maps, run_id=target["run_id"])
-            done, written = written, []  # swapped: nothing to discard
-        out.update(ok=True, status="cleaned", end_offset=result.end_offset,
-                   groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
-                   split={"map_parts": parts, "groups": len(groups), "map_s": round(t_groups - t_map, 3),
-                          "groups_s": round(t_swap - t_groups, 3), "swap_s": round(time.time() - t_swap, 3),
-                          "executors": sorted({t["executor"] for t in maps + done}),
-                          "map_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in maps],
-                          "group_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in done]})
+            try:
+                out.update(_split_round(sc, store, location, job, common, groups, work, parts, target["run_id"]))
+            except Exception:
+                # Whatever failed (a task, a whole Spark stage, a swap), the round's .cleaned segments go
+                # while the lock is still held; a group swapped already has none left.
+                split_clean.discard(location, [g[0] for g in groups])
+                raise
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
     except LogLockedError as exc:
         out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
     except (KafkaLogError, OSError) as exc:
         out.update(error=str(exc), error_type=type(exc).__name__)
-    finally:
-        if written:  # a failed round: remove every .cleaned segment it wrote, the log stays as it was
-            split_clean.discard(store.locate(target["topic"], target["partition"]),
-                                [w["base_offset"] for w in written if w.get("ok")])
-        shutil.rmtree(work, ignore_errors=True)
+    except Exception as exc:  # a Spark stage failed (a task lost too often): this partition fails, not the job
+        out.update(error=f"a Spark stage of the split round failed: {type(exc).__name__}: "
+                         f"{str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ''}",
+                   error_type=type(exc).__name__)
     out["task_finished_at"] = time.time()
     return out
+
+
+def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str, Any], groups: list[list[int]],
+                 work: Path, parts: int, run_id: str) -> dict[str, Any]:
+    from kafkalog.maintenance import split_clean
+
+    work.mkdir(parents=True, exist_ok=True)
+    prefixes = [str(work / f"map-{p}-of-{parts}") for p in range(parts)]
+    t_map = time.time()
+    maps = sc.parallelize([{**common, "part": p, "parts": parts, "prefix": prefixes[p]}
+                           for p in range(parts)], parts).map(map_part_task).collect()
+    _raise_failed(maps, "key-map part")
+    t_groups = time.time()
+    # Latest groups first: they keep the most records (a key's latest record is late in the log), so the
+    # long tasks start first and the short ones fill in behind them.
+    written = sc.parallelize([{**common, "sources": g, "prefixes": prefixes} for g in reversed(groups)],
+                             max(1, len(groups))).map(group_task).collect()
+    _raise_failed(written, "segment group")
+    t_swap = time.time()
+    result = split_clean.swap_and_finish(store, location, job, written, maps, run_id=run_id)
+    return {"ok": True, "status": "cleaned", "end_offset": result.end_offset,
+            "groups": [[list(old), new] for old, new in result.groups], "stats": result.stats.to_dict(),
+            "split": {"map_parts": parts, "groups": len(groups), "map_s": round(t_groups - t_map, 3),
+                      "groups_s": round(t_swap - t_groups, 3), "swap_s": round(time.time() - t_swap, 3),
+                      "executors": sorted({t["executor"] for t in maps + written}),
+                      "map_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in maps],
+                      "group_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in written]}}
+
+
+def _remove_stale_maps(scratch: Path, partition_dir: str) -> None:
+    """Key maps an earlier, killed run left for this partition (its cleaner lock is ours now)."""
+    for stale in scratch.parent.glob(f"*/{partition_dir}"):
+        if stale.parent != scratch:
+            shutil.rmtree(stale, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                stale.parent.rmdir()  # the run's dir, once no partition of it is left
 
 
 def _raise_failed(results: Targets, what: str) -> None:
@@ -567,7 +590,17 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
             shutil.rmtree(scratch, ignore_errors=True)
         whole = [t for t, chosen in zip(shipped, split, strict=True) if not chosen]
         if whole:
-            results += sc.parallelize(whole, numSlices=len(whole)).map(clean_one).collect()
+            try:
+                results += sc.parallelize(whole, numSlices=len(whole)).map(clean_one).collect()
+            except Exception as exc:  # a task lost too often fails the stage; what the split rounds did stays
+                first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+                results += [{**{k: t[k] for k in ("topic", "partition", "first_dirty_offset",
+                                                  "first_uncleanable_offset")},
+                             "ok": False, "status": "failed", "error_type": type(exc).__name__,
+                             "error": f"the Spark job of the unsplit partitions failed ({first}); each of them is "
+                                      "old or new per segment group, and its journal says whether it was cleaned",
+                             "executor": None, "pid": None, "task_started_at": t_job, "task_finished_at": time.time()}
+                            for t in whole]
         timings["clean_job_s"] = round(time.time() - t_job, 3)
         timings["first_task_started_s"] = round(min(r["task_started_at"] for r in results) - t_job, 3)
         timings["first_task_finished_s"] = round(min(r["task_finished_at"] for r in results) - t_job, 3)

@@ -107,8 +107,9 @@ def _wait_stopped(pids: Iterable[int]) -> None:
             time.sleep(0.001)
 
 
-def _open_cleaner_locks(pid: int) -> set[str]:
-    """Names of the partition dirs whose cleaner lock file this process has open."""
+def _open_cleaner_locks(pid: int, log_dir: Path | None = None) -> set[str]:
+    """Names of the partition dirs (of ``log_dir``, when given) whose cleaner lock file this process
+    has open. The executors' kernel warm-up cleans a throwaway partition in a temp dir: not a target."""
     out: set[str] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
@@ -119,7 +120,8 @@ def _open_cleaner_locks(pid: int) -> set[str]:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
-        if target.endswith("/" + names.CLEANER_LOCK_FILE):
+        if target.endswith("/" + names.CLEANER_LOCK_FILE) and \
+                (log_dir is None or Path(target).parent.parent == log_dir):
             out.add(Path(target).parent.name)
     return out
 
@@ -138,8 +140,9 @@ class _ExecutorWatch:
     0.1 s or on demand: a walk of /proc costs milliseconds of a machine the job shares), and which of them
     hold a partition's cleaner lock (checked on every call)."""
 
-    def __init__(self, worker_pids: Iterable[int]) -> None:
+    def __init__(self, worker_pids: Iterable[int], log_dir: Path | None = None) -> None:
         self.worker_pids = list(worker_pids)
+        self.log_dir = log_dir
         self.python: dict[int, int] = {}  # Python process -> its executor JVM
         self.listed_at = -1.0
 
@@ -162,7 +165,7 @@ class _ExecutorWatch:
         if time.monotonic() - self.listed_at > 0.1:
             self.relist()
         return [Holder(name, pid, executor) for pid, executor in self.python.items()
-                for name in sorted(_open_cleaner_locks(pid))]
+                for name in sorted(_open_cleaner_locks(pid, self.log_dir))]
 
 
 def _kill_executor(executor: int) -> list[int]:
@@ -256,7 +259,7 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
     kills: list[Kill] = []
     first_seen: dict[Holder, int] = {}  # attempt -> its partition's log files *.deleted when first seen
     earlier: set[Holder] = set()  # attempts seen before the last kill
-    watch = _ExecutorWatch(cluster_pids[1:])  # the workers (the master comes first)
+    watch = _ExecutorWatch(cluster_pids[1:], log_dir.resolve())  # the workers (the master comes first)
     listening: set[str] = set()
     listened_at = 0.0
     try:

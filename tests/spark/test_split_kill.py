@@ -1,0 +1,578 @@
+"""Crashes while the Spark job cleans partitions split over many tasks (``--split-bytes 1``).
+
+In split mode the driver holds a partition's cleaner lock for the whole round; stage 1 tasks build key-map
+parts in the scratch dir, stage 2 tasks write each segment group's ``.cleaned`` segment beside its sources,
+then the driver swaps the groups in (``spark_jobs/compact_logs.py``, ``clean_split``).
+
+1. On a standalone cluster (a master and two one-core workers on 127.0.0.1) an executor is SIGKILLed twice
+   in one job: once while a task of a key-map stage runs, and once in a segment-group stage, after the
+   attempt's Python worker has written its group's ``.cleaned`` segment but before the executor could report
+   the result, so the retried attempt finds that segment in its way. Which task runs where comes from the
+   driver's scheduler log (``TaskSetManager`` at INFO, the rest at WARN); the executor (its JVM, pyspark's
+   daemon and workers: descendants of the standalone workers, stopped and then killed by id, never by name)
+   is frozen first, so what it was doing can be checked before it dies. Spark must retry the lost tasks
+   and the job must finish: exit 0, every partition cleaned and split, byte for byte the single-process
+   result, the run's scratch dir gone and no ``.cleaned`` file left.
+2. On ``local[2]`` the whole job (spark-submit's process group, stopped at once, then it and its descendants
+   killed) is SIGKILLed in the second split partition's round: while its group tasks run (half of its groups'
+   ``.cleaned`` segments written, nothing swapped yet), or as soon as the driver's first swap has marked an old
+   segment ``.deleted`` (typically mid-swap: ``.swap`` files in place). The partition before it is then wholly
+   cleaned, the one after it untouched. ``kafkalog recover`` and ``kafkalog verify`` must pass, no key may lose
+   its latest value, every segment group must be wholly old or wholly new, and the split job run again must
+   exit 0 with the single-process cleaner's records, byte for byte what the single-process cleaner makes of
+   the same recovered log dir, and byte for byte the single-process result from the original logs for every
+   partition without a group swapped in at the kill (all of them, when killed in the group stage). A
+   partition killed with some groups swapped in is recleaned with their smaller segments grouped anew (by
+   either cleaner), so its segments differ from a one-pass result while its records do not.
+
+Skipped with the reason when pyspark or Java is missing, except under ``CI=true`` where that fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import test_compact_job as job_tests  # helpers only: pytest collects tests from the names bound here
+import test_executor_kill as kill_tests  # likewise
+from conftest import run_cli
+from test_compact_job import (
+    CODECS,
+    JOB_TIMEOUT_S,
+    TOPIC,
+    JobRun,
+    Rec,
+    Spark,
+    _bases,
+    _build,
+    _check_split,
+    _clocks,
+    _compact_single_process,
+    _copy,
+    _digest,
+    _live,
+    _records,
+    _standalone_cluster,
+    _start,
+    _submit,
+)
+from test_executor_kill import QUICK_JVM, _cmdline, _ExecutorWatch, _gone, _stat, _wait_stopped
+
+from kafkalog.log import names
+from spark_jobs.processes import descendants, kill_tree
+
+pytestmark = pytest.mark.spark
+
+spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
+PARTITIONS = range(len(CODECS))
+# 40 segments of ~2 KB per partition: ~25 segment groups. Every split task opens the whole partition, so the
+# first key-map tasks take ~0.1 s and a group stage 1-2 s on two one-core executors: long enough to hit, and
+# the kills are aimed by the driver's log and by freezing, not by luck.
+SEGMENTS = 40
+SPLIT = ["--split-bytes", "1"]
+LOCAL_CONF = [f"spark.driver.extraJavaOptions={QUICK_JVM}"]  # local[2]: the executors run in the driver's JVM
+# The driver logs which task attempt starts, finishes or is lost where; everything else stays at WARN.
+LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = info
+"""
+TASK_LINE = re.compile(r"(Starting|Finished|Lost) task (\d+)\.(\d+) in stage (\d+)\.(\d+) \(TID (\d+)\)")
+EXECUTOR_IN_LINE = re.compile(r"executor (\w+)")
+
+
+# --- shared by both tests -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def warm(spark: Spark) -> Iterator[subprocess.Popen[bytes]]:
+    """Compile the cleaner's kernels (one pass and split) into the executors' numba cache while the logs
+    are built and the cluster starts: the executors' probes then only load them (else every executor
+    would compile for ~15 s of this two-core machine)."""
+    env = dict(spark.env, NUMBA_CACHE_DIR=str(spark.numba_cache_dir))
+    with open(spark.scratch / "warm.out", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "from kafkalog.maintenance.warmup import warm; warm()"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        kill_tree(proc)
+
+
+def _wait_warm(spark: Spark, warm: subprocess.Popen[bytes]) -> None:
+    assert warm.wait(timeout=120) == 0, (spark.scratch / "warm.out").read_text()
+
+
+@dataclass(frozen=True)
+class Logs:
+    template: Path
+    ref: Path  # the template compacted by the single-process cleaner
+    now_ms: int
+    wall_ms: int
+    before: dict[int, list[Rec]]
+    reference: dict[int, list[Rec]]
+    groups: dict[int, list[tuple[list[int], int]]]  # partition -> its segment groups (old bases, new base)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory, warm: subprocess.Popen[bytes]) -> Logs:
+    root = tmp_path_factory.mktemp("split-kill")
+    template = root / "template" / "logs"
+    _build(template, segments=SEGMENTS, seed=17)
+    now_ms, wall_ms = _clocks()
+    ref = _copy(template, root / "ref" / "logs")
+    report = _compact_single_process(ref, now_ms, wall_ms)
+    groups = {r.partition: [(list(old), new) for old, new in r.groups] for r in report.cleaned}
+    assert set(groups) == set(PARTITIONS) and not report.failures
+    before = {p: _records(template, p) for p in PARTITIONS}
+    reference = {p: _records(ref, p) for p in PARTITIONS}
+    assert all(_live(reference[p]) == _live(before[p]) for p in PARTITIONS)
+    return Logs(template, ref, now_ms, wall_ms, before, reference, groups)
+
+
+def _leftovers(log_dir: Path) -> list[str]:
+    return sorted(p.name for p in log_dir.rglob("*") if p.name.endswith((names.CLEANED_SUFFIX, names.SWAP_SUFFIX)))
+
+
+def _in_flight(partition_dir: Path) -> dict[str, int]:
+    files = os.listdir(partition_dir)
+    return {"cleaned": sum(n.endswith(names.LOG_SUFFIX + names.CLEANED_SUFFIX) for n in files),
+            "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files),
+            "swapped_out": sum(n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX) for n in files)}
+
+
+def _round_dir(scratch: Path, run_id: str) -> Path | None:
+    """The key-map dir of the partition whose split round runs now (the driver makes it as the round starts
+    and removes it as it ends)."""
+    try:
+        dirs = os.listdir(scratch / run_id)
+    except OSError:
+        return None
+    return scratch / run_id / dirs[0] if dirs else None
+
+
+# --- 1. executors killed mid-stage ----------------------------------------------------------------------
+@dataclass
+class Attempt:
+    """One task attempt, as the driver's scheduler logs it."""
+
+    tid: int
+    stage: int
+    index: int  # the task's index in its stage: the key-map part, or the group (latest group first)
+    attempt: int
+    executor: str
+    seen_at: float  # when this test read its "Starting" line
+    state: str = "running"  # running, finished or lost
+    lost_reason: str = ""
+
+
+class DriverLog:
+    """Follows spark-submit's stderr: the task attempts, by TID."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.attempts: dict[int, Attempt] = {}
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        now = time.perf_counter()
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            m = TASK_LINE.search(line)
+            if not m:
+                continue
+            what, index, attempt, stage, _stage_attempt, tid = m.group(1), *map(int, m.groups()[1:])
+            if what == "Starting":
+                executor = EXECUTOR_IN_LINE.search(line[m.end():])
+                self.attempts[tid] = Attempt(tid, stage, index, attempt, executor.group(1) if executor else "?", now)
+            elif tid in self.attempts:
+                a = self.attempts[tid]
+                a.state = "finished" if what == "Finished" else "lost"
+                a.lost_reason = line[m.end():].strip()[:200] if what == "Lost" else ""
+
+    def running(self) -> list[Attempt]:
+        return [a for a in self.attempts.values() if a.state == "running"]
+
+
+def _stage_kind(stage: int) -> str:
+    """Stage 0 probes the executors; then each split partition runs a key-map stage and a group stage."""
+    return "probe" if stage == 0 else ("map" if stage % 2 else "group")
+
+
+def _executor_jvms(worker_pids: Iterable[int]) -> dict[str, int]:
+    """Executor id -> its JVM pid, for the executors the standalone workers run now."""
+    out = {}
+    for worker in worker_pids:
+        for pid in descendants(worker):
+            args = _cmdline(pid).split(b"\0")
+            if kill_tests.EXECUTOR_MAIN in _cmdline(pid) and b"--executor-id" in args and not _gone(pid):
+                out[args[args.index(b"--executor-id") + 1].decode()] = pid
+    return out
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = _stat(pid)
+    return int(fields[11]) + int(fields[12]) if fields else -1  # utime + stime
+
+
+def _python_workers(watch: _ExecutorWatch, jvm: int) -> list[int]:
+    watch.relist()
+    return [pid for pid, executor in watch.python.items() if executor == jvm]
+
+
+def _freeze_tree(root: int) -> list[int]:
+    """SIGSTOP ``root``, then its descendants until no new one appears; returns them all."""
+    stopped: list[int] = []
+    frontier = [root]
+    while frontier:
+        for pid in frontier:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            except ProcessLookupError:
+                pass
+        _wait_stopped(frontier)
+        frontier = [p for p in descendants(root) if p not in stopped]
+    return stopped
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 20
+    while not all(_gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"killed processes {pids} still alive after 20 s"
+        time.sleep(0.01)
+
+
+def _wait_idle(pids: list[int], timeout_s: float = 5.0) -> bool:
+    """True once none of ``pids`` has used CPU for 0.15 s (its task done, blocked on the frozen JVM)."""
+    deadline = time.monotonic() + timeout_s
+    last, quiet_since = [_cpu_ticks(p) for p in pids], time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.03)
+        now = [_cpu_ticks(p) for p in pids]
+        if now != last:
+            last, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= 0.15:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Moment:
+    name: str
+    kind: str  # the stage it kills in: map or group
+    after_s: float  # how long the attempt must have run (as seen here) before its executor is frozen
+    let_python_finish: bool  # freeze only the JVM first, so its Python worker completes its files
+
+
+MOMENTS = [
+    Moment("kill 1, a key-map task mid-run", "map", 0.03, False),
+    Moment("kill 2, a group task whose .cleaned segment is written but whose result is not sent", "group",
+           0.02, True),
+]
+
+
+@dataclass
+class Kill:
+    moment: Moment
+    at_s: float  # since spark-submit started
+    attempt: Attempt
+    jvm: int
+    killed: list[int]
+    partition_dir: str
+    files: dict[str, object] = field(default_factory=dict)  # what the round's dirs held while it was frozen
+
+    def describe(self) -> str:
+        a = self.attempt
+        return (f"{self.moment.name}: at {self.at_s:.2f} s SIGKILLed executor {a.executor} (JVM pid {self.jvm}; "
+                f"pids {self.killed}) running task {a.index}.{a.attempt} of stage {a.stage} (TID {a.tid}, "
+                f"{_stage_kind(a.stage)} stage of {self.partition_dir}); files then: {self.files}")
+
+
+def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch, log: DriverLog, log_dir: Path,
+              round_dir: Path, logs: Logs, t0: float) -> Kill | None:
+    """Freeze the attempt's executor (first only its JVM, if its Python worker is to finish its task), check
+    that the driver has not seen the attempt finish, note the files, kill. None if it was too late."""
+    partition_dir = round_dir.name
+    partition = int(partition_dir.rsplit("-", 1)[1])
+    files: dict[str, object] = {}
+    cleaned_path = Path()
+    if moment.kind == "group":
+        groups = list(reversed(logs.groups[partition]))  # the job schedules the latest groups first
+        files["its_group"] = base = groups[attempt.index][0][0]
+        cleaned_path = log_dir / partition_dir / f"{base:020d}{names.LOG_SUFFIX}{names.CLEANED_SUFFIX}"
+    if moment.let_python_finish:
+        # Only while a Python worker of the executor is busy, i.e. inside this task (not still receiving it).
+        pythons = _python_workers(watch, jvm)
+        before = [_cpu_ticks(p) for p in pythons]
+        time.sleep(0.02)
+        if [_cpu_ticks(p) for p in pythons] == before:
+            return None
+        try:
+            os.kill(jvm, signal.SIGSTOP)
+        except ProcessLookupError:
+            return None
+        _wait_stopped([jvm])
+        time.sleep(0.01)
+        pythons = _python_workers(watch, jvm)  # a worker forked for this very task is listed now
+        files["python_finished"] = _wait_idle(pythons)
+        if not files["python_finished"] or not cleaned_path.exists():  # it never got the task: try again later
+            os.kill(jvm, signal.SIGCONT)
+            return None
+    stopped = _freeze_tree(jvm)
+    time.sleep(0.05)  # a result sent just before the freeze reaches the driver by now
+    log.poll()
+    if attempt.state != "running":  # it finished after all: let it be
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        return None
+    at_s = time.perf_counter() - t0
+    files.update(_in_flight(log_dir / partition_dir))
+    files["key_map_files"] = sorted(os.listdir(round_dir)) if round_dir.is_dir() else []
+    if moment.kind == "group":
+        files["its_cleaned_segment_written"] = cleaned_path.exists()
+    _kill_all(stopped)
+    return Kill(moment, at_s, attempt, jvm, stopped, partition_dir, files)
+
+
+def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs, url: str, workers: list[int],
+                           scratch: Path, run_id: str, log4j: Path) -> tuple[JobRun, list[Kill], DriverLog]:
+    t0 = time.perf_counter()
+    driver_opts = f"-Dlog4j2.configurationFile=file:{log4j} {QUICK_JVM}"
+    proc = _start(spark, [log_dir], report, logs.now_ms, logs.wall_ms, master=url,
+                  conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+                        f"spark.driver.extraJavaOptions={driver_opts}", f"spark.executor.extraJavaOptions={QUICK_JVM}"],
+                  job_args=[*SPLIT, "--scratch-dir", str(scratch), "--run-id", run_id])
+    log = DriverLog(report.with_suffix(".stderr"))
+    watch = _ExecutorWatch(workers)
+    kills: list[Kill] = []
+    try:
+        while proc.poll() is None:
+            if time.perf_counter() - t0 > JOB_TIMEOUT_S:
+                pytest.fail(f"spark-submit still running after {JOB_TIMEOUT_S} s; kills: "
+                            + "; ".join(k.describe() for k in kills))
+            log.poll()
+            round_dir = _round_dir(scratch, run_id)
+            if len(kills) < len(MOMENTS) and round_dir is not None:
+                moment = MOMENTS[len(kills)]
+                last_stage = kills[-1].attempt.stage if kills else 0
+                now = time.perf_counter()
+                candidates = [a for a in log.running() if _stage_kind(a.stage) == moment.kind
+                              and a.stage > last_stage and now - a.seen_at >= moment.after_s]
+                if candidates and moment.kind == "group":
+                    # Once both executors run group tasks (a relaunched one has started its first), and the
+                    # stage has written .cleaned segments beside their sources.
+                    stage_executors = {a.executor for a in log.attempts.values() if a.stage == candidates[0].stage}
+                    if len(stage_executors) < 2 or not _in_flight(log_dir / round_dir.name)["cleaned"]:
+                        candidates = []
+                jvms = _executor_jvms(workers) if candidates else {}  # a walk of /proc: only when needed
+                for attempt in candidates:
+                    if attempt.executor not in jvms:
+                        continue
+                    kill = _try_kill(moment, attempt, jvms[attempt.executor], watch, log, log_dir, round_dir,
+                                     logs, t0)
+                    if kill is not None:
+                        kills.append(kill)
+                        print(f"\n{kill.describe()}", flush=True)
+                        break
+            time.sleep(0.003)
+    finally:
+        kill_tree(proc)  # a no-op once it has exited
+    log.poll()
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    run = JobRun(proc.returncode, doc, report.with_suffix(".stdout").read_text(errors="replace"),
+                 report.with_suffix(".stderr").read_text(errors="replace"), time.perf_counter() - t0)
+    for kill in kills:  # the attempt as the driver saw it at the end
+        kill.attempt = log.attempts[kill.attempt.tid]
+    return run, kills, log
+
+
+def test_executors_killed_mid_split_stage_are_retried_to_the_same_bytes(tmp_path: Path, spark: Spark, logs: Logs,
+                                                                         warm: subprocess.Popen[bytes]) -> None:
+    started = time.perf_counter()
+    victim = _copy(logs.template, tmp_path / "victim" / "logs")
+    scratch, run_id = tmp_path / "scratch", "split-kill-executors"
+    log4j = tmp_path / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    quick = dataclasses.replace(spark, env=dict(spark.env, SPARK_DAEMON_JAVA_OPTS=QUICK_JVM))
+    with _standalone_cluster(quick, tmp_path / "cluster") as (url, cluster_pids):
+        cluster_s = time.perf_counter() - started
+        _wait_warm(spark, warm)
+        warm_s = time.perf_counter() - started
+        run, kills, log = _run_killing_executors(spark, victim, tmp_path / "report.json", logs, url, cluster_pids[1:],
+                                                 scratch, run_id, log4j)
+    print(f"\ncluster ALIVE after {cluster_s:.1f} s, kernels compiled after {warm_s:.1f} s; spark-submit exit "
+          f"{run.code} after {run.seconds:.1f} s; timings {run.report.get('timings')}")
+    for p in run.report.get("partitions", []):
+        print(f"  {p['topic']}-{p['partition']}: {p['status']} {p.get('error') or ''} split {p.get('split')}")
+    for kill in kills:
+        a = kill.attempt
+        retries = [r for r in log.attempts.values() if (r.stage, r.index) == (a.stage, a.index) and r.tid != a.tid]
+        print(f"  TID {a.tid} ({kill.moment.kind} stage {a.stage}, task {a.index}): {a.state} {a.lost_reason[:90]}; "
+              f"then {[(r.tid, r.attempt, r.executor, r.state) for r in retries]}")
+
+    assert len(kills) == len(MOMENTS), f"{len(kills)} kills: {[k.describe() for k in kills]}\n{run.explain()}"
+    for kill in kills:
+        # Mid-stage, mid-task: the driver lost the attempt with its executor and ran the task again.
+        assert kill.attempt.state == "lost" and "ExecutorLostFailure" in kill.attempt.lost_reason, kill.describe()
+        a = kill.attempt
+        assert any(r.state == "finished" for r in log.attempts.values()
+                   if (r.stage, r.index) == (a.stage, a.index) and r.attempt > a.attempt), kill.describe()
+    assert kills[1].files["python_finished"] and kills[1].files["its_cleaned_segment_written"], kills[1].describe()
+
+    assert run.code == 0, run.explain()
+    assert run.report["status"] == "ok" and run.report["totals"]["cleaned"] == len(PARTITIONS), run.explain()
+    _check_split(run, len(PARTITIONS))
+    for p in run.report["partitions"]:
+        split = p["split"]
+        assert split["groups"] == len(logs.groups[p["partition"]]), split
+        assert len(split["map_task_s"]) == split["map_parts"] and len(split["group_task_s"]) == split["groups"]
+        assert p["groups"] == [[old, new] for old, new in logs.groups[p["partition"]]]
+    assert _digest(victim) == _digest(logs.ref)
+    assert not (scratch / run_id).exists() and not any(scratch.iterdir()), sorted(scratch.rglob("*"))
+    assert _leftovers(victim) == []
+    verified = run_cli("verify", "--log-dir", str(victim))
+    assert verified.code == 0, verified.out + verified.err
+
+
+# --- 2. the whole job killed ----------------------------------------------------------------------------
+def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Path, run_id: str,
+              moment: str) -> tuple[list[str], dict[str, dict[str, int]], float]:
+    """Run the split job on local[2] and SIGKILL it in the second split partition's round: once half of its
+    groups have their .cleaned segment (``group-stage``), or once the driver has swapped out its first old
+    segments (``first-swaps``). Returns the partitions whose rounds it saw, every partition's files then,
+    and when."""
+    t0 = time.perf_counter()
+    proc = _start(spark, [log_dir], report, logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
+                  job_args=[*SPLIT, "--scratch-dir", str(scratch), "--run-id", run_id])
+    rounds: list[str] = []
+    target = ""
+    try:
+        while proc.poll() is None:
+            assert time.perf_counter() - t0 < JOB_TIMEOUT_S, "the job ran too long"
+            round_dir = _round_dir(scratch, run_id)
+            if round_dir is not None and round_dir.name not in rounds:
+                rounds.append(round_dir.name)
+            if len(rounds) == 2:
+                target = rounds[1]
+                state = _in_flight(log_dir / target)
+                groups = len(logs.groups[int(target.rsplit("-", 1)[1])])
+                if (state["cleaned"] >= groups // 2 if moment == "group-stage" else state["swapped_out"] >= 1):
+                    os.killpg(proc.pid, signal.SIGSTOP)  # the driver stops at once; kill_tree then finds the rest
+                    break
+            time.sleep(0.0005)
+    finally:
+        at_s = time.perf_counter() - t0
+        kill_tree(proc)
+    assert proc.returncode == -signal.SIGKILL, \
+        f"the job ended ({proc.returncode}) before the moment; rounds seen {rounds}"
+    return rounds, {d.name: _in_flight(d) for d in sorted(log_dir.glob(f"{TOPIC}-*"))}, at_s
+
+
+@pytest.mark.parametrize("moment", ["group-stage", "first-swaps"])
+def test_killing_the_split_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path, spark: Spark, logs: Logs,
+                                                                        warm: subprocess.Popen[bytes],
+                                                                        moment: str) -> None:
+    victim = _copy(logs.template, tmp_path / "victim" / "logs")
+    scratch = tmp_path / "scratch"
+    _wait_warm(spark, warm)
+    rounds, state, at_s = _kill_job(spark, victim, tmp_path / "killed.json", logs, scratch, "killed", moment)
+    done, target = rounds
+    print(f"\n{moment}: SIGKILLed the job at {at_s:.2f} s in {target}'s round; files then {state}; "
+          f"key-map parts left in the scratch dir: {sorted(p.name for p in (scratch / 'killed').rglob('*'))}")
+    if moment == "group-stage":
+        assert state[target]["cleaned"] and not state[target]["swapped_out"], state
+    else:
+        assert state[target]["swapped_out"], state
+
+    recovered = run_cli("recover", "--log-dir", str(victim))
+    assert recovered.code == 0, recovered.err
+    print(recovered.out.strip())
+    verified = run_cli("verify", "--log-dir", str(victim))
+    assert verified.code == 0, verified.out + verified.err
+    assert _leftovers(victim) == []
+
+    new_groups: dict[int, int] = {}
+    old_groups: dict[int, int] = {}
+    for p in PARTITIONS:
+        after = _records(victim, p)
+        assert _live(after) == _live(logs.before[p]), f"partition {p} lost a key's latest value"
+        old_bases = _bases(logs.template / f"{TOPIC}-{p}")
+        new_groups[p] = old_groups[p] = 0
+        for old, _new in logs.groups[p]:
+            low = old[0]
+            high = next((b for b in old_bases if b > old[-1]), old_bases[-1])
+            got = [r for r in after if low <= r[0] < high]
+            if got == [r for r in logs.before[p] if low <= r[0] < high]:
+                old_groups[p] += 1
+            else:
+                assert got == [r for r in logs.reference[p] if low <= r[0] < high], (p, old)
+                new_groups[p] += 1
+        tail = old_bases[-1]
+        assert [r for r in after if r[0] >= tail] == [r for r in logs.before[p] if r[0] >= tail]
+    print(f"after recover: verify passes, no key lost; groups new/old per partition: "
+          f"{ {p: (new_groups[p], old_groups[p]) for p in PARTITIONS} }")
+    killed = int(target.rsplit("-", 1)[1])
+    first = int(done.rsplit("-", 1)[1])
+    (untouched,) = set(PARTITIONS) - {first, killed}
+    assert (new_groups[first], old_groups[untouched], new_groups[untouched]) == (len(logs.groups[first]),
+                                                                                 len(logs.groups[untouched]), 0)
+    if moment == "group-stage":
+        assert new_groups[killed] == 0, "a group was swapped in before the kill"
+    else:
+        assert new_groups[killed] and old_groups[killed], "the kill did not land between the first and last swap"
+
+    # What the single-process cleaner makes of the recovered log dir, for the same clocks.
+    resumed = _copy(victim, tmp_path / "resumed" / "logs")
+    resumed_report = _compact_single_process(resumed, logs.now_ms, logs.wall_ms)
+    assert not resumed_report.failures
+
+    rerun = _submit(spark, [victim], tmp_path / "rerun.json", logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
+                    job_args=[*SPLIT, "--scratch-dir", str(scratch), "--run-id", "rerun"])
+    print(f"rerun: exit {rerun.code} after {rerun.seconds:.1f} s; cleaned "
+          f"{[(p['partition'], p['status']) for p in rerun.report.get('partitions', [])]}")
+    assert rerun.code == 0, rerun.explain()
+    _check_split(rerun, len(rerun.report["partitions"]))
+    assert not (scratch / "rerun").exists()
+    assert _leftovers(victim) == []
+    for p in PARTITIONS:
+        assert _records(victim, p) == logs.reference[p], f"partition {p}: not the single-process cleaner's records"
+    # Byte for byte what the single-process cleaner makes of the same recovered log dir; and, where the kill
+    # swapped no group in, of the untouched one too. (A partition with some groups swapped in is recleaned
+    # with those groups' smaller segments grouped anew, by either cleaner: same records, other segments.)
+    assert _digest(victim) == _digest(resumed)
+    same = {p: _digest(victim / f"{TOPIC}-{p}") == _digest(logs.ref / f"{TOPIC}-{p}") for p in PARTITIONS}
+    print(f"byte for byte the single-process result from the template, per partition: {same}")
+    assert all(same[p] for p in PARTITIONS if not (new_groups[p] and old_groups[p])), same
+    if moment == "group-stage":
+        assert _digest(victim) == _digest(logs.ref)
+    assert run_cli("verify", "--log-dir", str(victim)).code == 0

@@ -295,7 +295,11 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
     assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
 
-def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path: Path, spark: Spark) -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["per-partition", "split"])
+def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path: Path, spark: Spark,
+                                                                       split: bool) -> None:
+    """Split, the corrupt segment is the first (clean) one: the key maps succeed, its group fails its CRC
+    check while the other groups' tasks write their .cleaned segments, which must then all go."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=12)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
@@ -310,15 +314,17 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
 
     locked, corrupt = distributed / f"{TOPIC}-1", distributed / f"{TOPIC}-2"
     store = LogStore([distributed])
-    segment = store.open_log(store.locate(TOPIC, 2), read_only=True).segments[-2]  # not the active one
+    segments = store.open_log(store.locate(TOPIC, 2), read_only=True).segments
+    segment = segments[0] if split else segments[-2]  # not the active one
     data = bytearray(segment.log_path.read_bytes())
     data[65] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
     segment.log_path.write_bytes(bytes(data))
     before = {d: _digest(d) for d in (locked, corrupt)}
 
     with cleaner_lock(locked, timeout_s=0):  # another cleaner is busy with partition 1
-        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, job_args=["--plan", str(plan)])
-    _print_timings("local[2], --plan, locked + corrupt", run)
+        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms,
+                      job_args=["--plan", str(plan), *(["--split-bytes", "1"] if split else [])])
+    _print_timings(f"local[2], --plan, locked + corrupt, split={split}", run)
     assert run.code == 2, run.explain()
     by_partition = {p["partition"]: p for p in run.report["partitions"]}
     assert run.report["status"] == "partitions-failed" and run.report["plan"]["source"] == str(plan)
@@ -326,6 +332,9 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     assert by_partition[1]["status"] == "locked" and not by_partition[1]["ok"]
     assert "locked" in by_partition[1]["error"]
     assert by_partition[2]["status"] == "failed" and not by_partition[2]["ok"] and by_partition[2]["error"]
+    if split:
+        assert "segment group task(s) failed" in by_partition[2]["error"], by_partition[2]["error"]
+        assert by_partition[0]["split"]["groups"] > 1
     totals = run.report["totals"]
     assert (totals["cleaned"], totals["locked"], totals["failed"]) == (1, 1, 1)
 

@@ -155,6 +155,16 @@ class Seen:
 _CLI_LOCK = threading.Lock()
 
 
+def _recover_and_verify(log_dir: Path, partition: Path, label: str) -> list[Rec]:
+    """``kafkalog recover`` leaves no cleaner temp file and ``verify`` passes; the records after."""
+    recovered = _cli("recover", "--log-dir", str(log_dir))
+    assert recovered.code == 0, (label, recovered.err)
+    assert not [p.name for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)], label
+    verify = _cli("verify", "--log-dir", str(log_dir))
+    assert verify.code == 0, (label, verify.out)
+    return _records(log_dir)
+
+
 def _cli(*args: str) -> CliResult:
     """``run_cli`` swaps sys.stdin/stdout: one thread at a time."""
     with _CLI_LOCK:
@@ -246,12 +256,7 @@ def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None
         during = killed and seen.first_temp_s is not None  # killed after the cleaner started writing
         in_flight = bool([p for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)])
 
-        recovered = _cli("recover", "--log-dir", str(log_dir))
-        assert recovered.code == 0, (label, recovered.err)
-        assert not [p.name for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)], label
-        verify = _cli("verify", "--log-dir", str(log_dir))
-        assert verify.code == 0, (label, verify.out)
-        after = _records(log_dir)
+        after = _recover_and_verify(log_dir, partition, label)
         assert _latest(after) == before_latest, label  # no horizon passed: tombstones exactly as before
         new_groups = _check_old_or_new(label, ranges, before, reference, after, _segment_bases(partition))
         assert [r for r in after if r[0] >= active] == [r for r in before if r[0] >= active], label
@@ -363,12 +368,7 @@ def test_crash_at_every_rename(tmp_path: Path, case: str) -> None:
         if not _compact_killed_at_rename(log_dir, k):
             break
         label = f"killed before rename {k}"
-        recovered = run_cli("recover", "--log-dir", str(log_dir))
-        assert recovered.code == 0, (label, recovered.err)
-        assert not [p.name for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)], label
-        verify = run_cli("verify", "--log-dir", str(log_dir))
-        assert verify.code == 0, (label, verify.out)
-        after = _records(log_dir)
+        after = _recover_and_verify(log_dir, partition, label)
         assert _latest(after) == before_latest, label
         _check_old_or_new(label, ranges, before, reference, after, _segment_bases(partition))
         again = run_cli("compact", "--log-dir", str(log_dir), "--topic", TOPIC)

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,6 +260,39 @@ def _bases(partition_dir: Path) -> list[int]:
     return sorted(int(p.name[:20]) for p in partition_dir.iterdir() if p.name.endswith(names.LOG_SUFFIX))
 
 
+def _recover_old_or_new(victim: Path, template: Path, partitions: Iterable[int], before: dict[int, list[Rec]],
+                        reference: dict[int, list[Rec]],
+                        groups: dict[int, list[tuple[list[int], int]]]) -> dict[int, tuple[int, int]]:
+    """After a kill: ``kafkalog recover`` and ``verify`` pass, no partition lost a key's latest value, each of
+    the single-process cleaner's segment groups holds either the records it held before (old) or those the
+    cleaner made of them (new), and the records past the last cleaned group are untouched. Returns
+    (new groups, old groups) per partition."""
+    recovered = run_cli("recover", "--log-dir", str(victim))
+    assert recovered.code == 0, recovered.err
+    print(recovered.out.strip())
+    verified = run_cli("verify", "--log-dir", str(victim))
+    assert verified.code == 0, verified.out + verified.err
+    counts: dict[int, tuple[int, int]] = {}
+    for p in partitions:
+        after = _records(victim, p)
+        assert _live(after) == _live(before[p]), f"partition {p} lost a key's latest value"
+        old_bases = _bases(template / f"{TOPIC}-{p}")
+        new_groups = old_groups = 0
+        for old, _new in groups[p]:
+            low = old[0]
+            high = next((b for b in old_bases if b > old[-1]), old_bases[-1])
+            got = [r for r in after if low <= r[0] < high]
+            if got == [r for r in before[p] if low <= r[0] < high]:
+                old_groups += 1
+            else:
+                assert got == [r for r in reference[p] if low <= r[0] < high], (p, old)
+                new_groups += 1
+        tail = old_bases[-1]
+        assert [r for r in after if r[0] >= tail] == [r for r in before[p] if r[0] >= tail]
+        counts[p] = (new_groups, old_groups)
+    return counts
+
+
 def _print_timings(label: str, run: JobRun) -> None:
     print(f"\n{label}: spark-submit {run.seconds:.1f} s; report timings {run.report.get('timings')}")
 
@@ -424,27 +457,8 @@ def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: S
         kill_tree(proc)
     assert proc.returncode == -signal.SIGKILL, "the job finished before half of its swaps: nothing was killed"
 
-    recovered = run_cli("recover", "--log-dir", str(victim))
-    assert recovered.code == 0, recovered.err
-    verified = run_cli("verify", "--log-dir", str(victim))
-    assert verified.code == 0, verified.out + verified.err
-
-    new_groups = old_groups = 0
-    for p in partitions:
-        after = _records(victim, p)
-        assert _live(after) == _live(before[p]), f"partition {p} lost a key's latest value"
-        old_bases = _bases(template / f"{TOPIC}-{p}")
-        for old, _new in groups[p]:
-            low = old[0]
-            high = next((b for b in old_bases if b > old[-1]), old_bases[-1])
-            got = [r for r in after if low <= r[0] < high]
-            if got == [r for r in before[p] if low <= r[0] < high]:
-                old_groups += 1
-            else:
-                assert got == [r for r in reference[p] if low <= r[0] < high], (p, old)
-                new_groups += 1
-        tail = old_bases[-1]
-        assert [r for r in after if r[0] >= tail] == [r for r in before[p] if r[0] >= tail]
+    counts = _recover_old_or_new(victim, template, partitions, before, reference, groups)
+    new_groups, old_groups = (sum(c[i] for c in counts.values()) for i in (0, 1))
     print(f"\nkilled after {swapped} of {old_segments} segment swaps: {new_groups} groups new, {old_groups} old")
     assert new_groups and old_groups, "the kill did not land mid-run"
 

@@ -34,14 +34,12 @@ from pathlib import Path
 
 import pytest
 import test_compact_job as job_tests  # helpers only: pytest collects tests from the names bound here
-from conftest import run_cli
 from test_compact_job import (
     CODECS,
     JOB_TIMEOUT_S,
     TOPIC,
     JobRun,
     Spark,
-    _bases,
     _build,
     _clocks,
     _compact_single_process,
@@ -49,6 +47,7 @@ from test_compact_job import (
     _digest,
     _live,
     _records,
+    _recover_old_or_new,
     _standalone_cluster,
     _start,
 )
@@ -351,25 +350,6 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
     else:
         print(f"the job gave up (acceptable): {run.explain()}")
 
-    recovered = run_cli("recover", "--log-dir", str(victim))
-    assert recovered.code == 0, recovered.err
-    verified = run_cli("verify", "--log-dir", str(victim))
-    assert verified.code == 0, verified.out + verified.err
-
-    new_groups = old_groups = 0
-    for p in PARTITIONS:
-        after = _records(victim, p)
-        assert _live(after) == _live(before[p]), f"partition {p} lost a key's latest value"
-        old_bases = _bases(template / f"{TOPIC}-{p}")
-        for old, _new in groups[p]:
-            low = old[0]
-            high = next((b for b in old_bases if b > old[-1]), old_bases[-1])
-            got = [r for r in after if low <= r[0] < high]
-            if got == [r for r in before[p] if low <= r[0] < high]:
-                old_groups += 1
-            else:
-                assert got == [r for r in reference[p] if low <= r[0] < high], (p, old)
-                new_groups += 1
-        tail = old_bases[-1]
-        assert [r for r in after if r[0] >= tail] == [r for r in before[p] if r[0] >= tail]
+    counts = _recover_old_or_new(victim, template, PARTITIONS, before, reference, groups)
+    new_groups, old_groups = (sum(c[i] for c in counts.values()) for i in (0, 1))
     print(f"after recover: verify passes, no key lost; {new_groups} segment groups new, {old_groups} old")

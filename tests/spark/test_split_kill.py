@@ -53,7 +53,6 @@ from test_compact_job import (
     JobRun,
     Rec,
     Spark,
-    _bases,
     _build,
     _check_split,
     _clocks,
@@ -62,6 +61,7 @@ from test_compact_job import (
     _digest,
     _live,
     _records,
+    _recover_old_or_new,
     _standalone_cluster,
     _start,
     _submit,
@@ -514,31 +514,10 @@ def test_killing_the_split_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path
     else:
         assert state[target]["swapped_out"], state
 
-    recovered = run_cli("recover", "--log-dir", str(victim))
-    assert recovered.code == 0, recovered.err
-    print(recovered.out.strip())
-    verified = run_cli("verify", "--log-dir", str(victim))
-    assert verified.code == 0, verified.out + verified.err
+    counts = _recover_old_or_new(victim, logs.template, PARTITIONS, logs.before, logs.reference, logs.groups)
     assert _leftovers(victim) == []
-
-    new_groups: dict[int, int] = {}
-    old_groups: dict[int, int] = {}
-    for p in PARTITIONS:
-        after = _records(victim, p)
-        assert _live(after) == _live(logs.before[p]), f"partition {p} lost a key's latest value"
-        old_bases = _bases(logs.template / f"{TOPIC}-{p}")
-        new_groups[p] = old_groups[p] = 0
-        for old, _new in logs.groups[p]:
-            low = old[0]
-            high = next((b for b in old_bases if b > old[-1]), old_bases[-1])
-            got = [r for r in after if low <= r[0] < high]
-            if got == [r for r in logs.before[p] if low <= r[0] < high]:
-                old_groups[p] += 1
-            else:
-                assert got == [r for r in logs.reference[p] if low <= r[0] < high], (p, old)
-                new_groups[p] += 1
-        tail = old_bases[-1]
-        assert [r for r in after if r[0] >= tail] == [r for r in logs.before[p] if r[0] >= tail]
+    new_groups = {p: new for p, (new, _old) in counts.items()}
+    old_groups = {p: old for p, (_new, old) in counts.items()}
     print(f"after recover: verify passes, no key lost; groups new/old per partition: "
           f"{ {p: (new_groups[p], old_groups[p]) for p in PARTITIONS} }")
     killed = int(target.rsplit("-", 1)[1])

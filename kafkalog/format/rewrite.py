@@ -1,10 +1,10 @@
-"""Compiled kernels for compaction: exact-key hashing and comparison, and rebuilding v2 records.
+"""Compiled kernels for compaction: rebuilding v2 records and comparing them.
 
-The cleaner's per-record work runs here, over the columns of :mod:`kafkalog.format.scan`:
+The cleaner's per-record work runs here, over the columns of :mod:`kafkalog.format.scan` (the key
+map's kernels are in :mod:`kafkalog.format.key_table`):
 
-* ``table_put``/``table_get`` — the cleaner's key map: an open-addressing table keyed by the exact
-  key bytes (a 64-bit hash only picks the slot), where Kafka's MD5 map treats colliding digests as
-  one key.
+* ``assemble_uncompressed`` — write the cleaned form of a segment's batches in one pass.
+* ``records_equal`` — the verification's byte-for-byte comparison of retained records.
 * ``rebuild_records`` — re-encode retained records against a new base timestamp: the timestamp
   delta is rewritten, the offset delta, key, value and headers are copied byte for byte (the batch
   keeps its base offset, so offset deltas stay valid).
@@ -21,10 +21,6 @@ import numpy.typing as npt
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
-U64 = npt.NDArray[np.uint64]
-
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -114,183 +110,6 @@ def after_timestamp_delta(data: U8, record_pos: I64, rows: I64) -> I64:
         p = _skip_varint(data, record_pos[rows[i]]) + 1
         out[i] = _skip_varint(data, p)
     return out
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _hash_one(data: U8, p: Any, n: Any) -> Any:
-    h = _FNV_OFFSET
-    for j in range(n):
-        h = (h ^ np.uint64(data[p + j])) * _FNV_PRIME
-    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    h = h ^ (h >> np.uint64(31))
-    return h | np.uint64(1)  # 0 marks an empty slot
-
-
-# A table slot is one 32-byte row of an int64 array:
-#   [tag, offset, w0, w1] with tag = (hash with its low byte replaced by min(key length, 255)) | 1<<7...
-# Keys of up to 16 bytes live in w0/w1 and are compared inside the slot; longer keys keep their first
-# 8 bytes in w0 and their arena position in w1, and are compared against the arena (length-prefixed).
-# The home slot is ``(hash_hi * capacity) >> 32`` (any capacity, no power-of-two waste), so walking rows
-# in hash order walks the table in memory order.
-INLINE_KEY_BYTES = 16
-SLOT_WORDS = 4
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _tag(h: Any, n: Any) -> Any:
-    return (h & np.int64(~0xFF)) | np.int64(min(n, 255)) | np.int64(1 << 8)  # never 0: 0 marks empty
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _home(h: Any, capacity: Any) -> Any:
-    return np.int64(((np.uint64(h) >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32))
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _key_words(data: U8, p: Any, n: Any) -> tuple[Any, Any]:
-    w0 = np.int64(0)
-    w1 = np.int64(0)
-    for j in range(min(n, 8)):
-        w0 |= np.int64(data[p + j]) << np.int64(8 * j)
-    if n <= INLINE_KEY_BYTES:
-        for j in range(8, n):
-            w1 |= np.int64(data[p + j]) << np.int64(8 * (j - 8))
-    return w0, w1
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _slot_matches(table: Any, s: Any, tag: Any, n: Any, w0: Any, w1: Any, data: U8, p: Any, arena: U8) -> bool:
-    if table[s, 0] != tag or table[s, 2] != w0:
-        return False
-    if n <= INLINE_KEY_BYTES:
-        return bool(table[s, 3] == w1)
-    q = table[s, 3]
-    stored = (np.int64(arena[q]) << 24) | (np.int64(arena[q + 1]) << 16) | (np.int64(arena[q + 2]) << 8) \
-        | np.int64(arena[q + 3])
-    if stored != n:
-        return False
-    for j in range(n):
-        if data[p + j] != arena[q + 4 + j]:
-            return False
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _ordered(table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any, Any, Any, Any]:
-    """One sequential pass over the rows: tag, home slot and key words of each, and the rows ordered
-    by home slot (a counting sort on the hash's top 12 bits), so that the table is then walked in
-    memory order: a random probe into a table larger than the caches costs a DRAM miss."""
-    n = len(rows)
-    tags = np.empty(n, dtype=np.int64)
-    homes = np.empty(n, dtype=np.int64)
-    w0s = np.empty(n, dtype=np.int64)
-    w1s = np.empty(n, dtype=np.int64)
-    capacity = len(table)
-    counts = np.zeros(4097, dtype=np.int64)
-    for i in range(n):
-        r = rows[i]
-        p, m = key_pos[r], key_len[r]
-        h = np.int64(_hash_one(data, p, m))
-        tags[i] = _tag(h, m)
-        homes[i] = _home(h, capacity)
-        w0s[i], w1s[i] = _key_words(data, p, m)
-        counts[(np.uint64(h) >> np.uint64(52)) + 1] += 1
-    for b in range(1, 4097):
-        counts[b] += counts[b - 1]
-    order = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        bucket = np.int64(np.uint64(tags[i]) >> np.uint64(52))
-        order[counts[bucket]] = i
-        counts[bucket] += 1
-    return order, tags, homes, w0s, w1s
-
-
-@numba.njit(cache=True, nogil=True)
-def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, key_len: I32, offsets: I64,
-              rows: I64) -> tuple[int, int]:
-    """Insert or update key → offset for each row (the larger offset wins, so the order rows are
-    visited in does not matter); returns (new keys, arena used).
-
-    The caller guarantees room: a load factor below 0.8 after the inserts and arena space (4 + length)
-    for every key longer than 16 bytes. Equality is on the key bytes; the hash only picks the slot.
-    """
-    capacity = len(table)
-    added = 0
-    order, tags, homes, w0s, w1s = _ordered(table, data, key_pos, key_len, rows)
-    for k in range(len(order)):
-        i = order[k]
-        r = rows[i]
-        n = key_len[r]
-        tag, w0, w1 = tags[i], w0s[i], w1s[i]
-        s = homes[i]
-        while True:
-            if table[s, 0] == 0:
-                table[s, 0] = tag
-                table[s, 1] = offsets[r]
-                table[s, 2] = w0
-                if n > INLINE_KEY_BYTES:
-                    p = key_pos[r]
-                    table[s, 3] = arena_used
-                    arena[arena_used] = (n >> 24) & 0xFF
-                    arena[arena_used + 1] = (n >> 16) & 0xFF
-                    arena[arena_used + 2] = (n >> 8) & 0xFF
-                    arena[arena_used + 3] = n & 0xFF
-                    for j in range(n):
-                        arena[arena_used + 4 + j] = data[p + j]
-                    arena_used += 4 + n
-                else:
-                    table[s, 3] = w1
-                added += 1
-                break
-            if _slot_matches(table, s, tag, n, w0, w1, data, key_pos[r], arena):
-                if offsets[r] > table[s, 1]:
-                    table[s, 1] = offsets[r]
-                break
-            s += 1
-            if s == capacity:
-                s = 0
-    return added, arena_used
-
-
-@numba.njit(cache=True, nogil=True)
-def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows: I64) -> I64:
-    """The offset stored for each row's key, -1 when the key is absent."""
-    capacity = len(table)
-    out = np.full(len(rows), -1, dtype=np.int64)
-    order, tags, homes, w0s, w1s = _ordered(table, data, key_pos, key_len, rows)
-    for k in range(len(order)):
-        i = order[k]
-        s = homes[i]
-        tag, w0, w1 = tags[i], w0s[i], w1s[i]
-        while table[s, 0] != 0:
-            if table[s, 0] == tag and table[s, 2] == w0:
-                r = rows[i]
-                if _slot_matches(table, s, tag, key_len[r], w0, w1, data, key_pos[r], arena):
-                    out[i] = table[s, 1]
-                    break
-            s += 1
-            if s == capacity:
-                s = 0
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def table_rehash(table: Any, arena: U8, new: Any) -> None:
-    """Move every entry into the (larger, empty) new table; home slots are recomputed from the
-    stored keys' hashes (the tag keeps only part of the hash)."""
-    capacity = len(new)
-    for s in range(len(table)):
-        tag = table[s, 0]
-        if tag == 0:
-            continue
-        # The tag's high 56 bits are the hash's; _home only uses the top 32.
-        d = _home(tag, capacity)
-        while new[d, 0] != 0:
-            d += 1
-            if d == capacity:
-                d = 0
-        new[d, :] = table[s, :]
 
 
 # --- assembling a cleaned segment ------------------------------------------------------------------

@@ -165,6 +165,28 @@ class BatchColumns:
     def last_offset(self) -> I64:
         return self.base_offset + self.last_offset_delta
 
+    def window(self, lo: int, hi: int) -> BatchColumns:
+        """Entries ``lo`` to ``hi`` (views, no copy)."""
+        fields = {name: getattr(self, name)[lo:hi] for name in _BATCH_FIELDS}
+        end = int(self.position[hi - 1] + self.size[hi - 1]) if hi > lo else self.valid_end
+        return BatchColumns(**fields, valid_end=end)
+
+    def windows(self, max_bytes: int) -> list[tuple[int, int]]:
+        """``[lo, hi)`` runs of consecutive entries of at most ``max_bytes`` each (or a single entry
+        larger than that), covering every entry: a segment decoded a window at a time keeps its
+        columns in the caches and needs no more memory than a window's."""
+        if not len(self):
+            return []
+        ends = self.position + self.size - int(self.position[0])
+        runs = []
+        lo = 0
+        while lo < len(self):
+            limit = int(ends[lo - 1]) + max_bytes if lo else max_bytes
+            hi = max(lo + 1, int(np.searchsorted(ends, limit, side="right")))
+            runs.append((lo, hi))
+            lo = hi
+        return runs
+
 
 def as_array(buf: bytes | bytearray | memoryview | U8) -> U8:
     """``buf`` as a read-only uint8 array, without a copy (see the module docstring for why read-only)."""

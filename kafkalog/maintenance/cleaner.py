@@ -25,7 +25,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -90,6 +90,9 @@ class _Scratch(threading.local):
 
 
 _scratch = _Scratch()
+# Segments are decoded this many bytes of batches at a time: a window's columns stay in the caches,
+# and memory no longer grows with the segment size.
+WINDOW_BYTES = 32 << 20
 
 
 @dataclass
@@ -249,8 +252,8 @@ def _map(segment: LogSegment) -> Buffer:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))  # the view keeps the map alive
 
 
-def _scan(segment: LogSegment, *, check_crc: bool = True,
-          workspace: ColumnWorkspace | None = None) -> tuple[Buffer, BatchColumns, RecordColumns]:
+def _read_batches(segment: LogSegment, *, check_crc: bool = True) -> tuple[Buffer, BatchColumns]:
+    """The segment's bytes and its batches, CRCs checked unless ``check_crc`` is false."""
     data = _map(segment)
     where = f"{segment.log_path}: "
     batches = scan_batches(data, where=where)
@@ -259,7 +262,7 @@ def _scan(segment: LogSegment, *, check_crc: bool = True,
         raise CleanerError(corrupt)
     if batches.valid_end != len(data):
         raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
-    return data, batches, scan_records(data, batches, where=where, workspace=workspace)
+    return data, batches
 
 
 def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, int | None]:
@@ -293,32 +296,36 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     ranges, so for any key the latest slice that has it holds its latest offset (``RangedKeyMap``)."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
     dirty = map_slices(dirty_segments(ctx), parts)[part]
-    key_map = KeyMap()
     workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
     # Which data batches belong to aborted transactions depends only on their offsets and the aborted
     # transactions overlapping them, so a slice decides exactly as a pass from the first dirty offset.
     slice_start = max(start, dirty[0].base_offset) if dirty else start
     tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= slice_start and t.first_offset < end)
+    key_map = KeyMap(tracked=(slice_start, end))
     for segment in dirty:
-        data, batches, records = _scan(segment, workspace=workspace)
+        data, segment_batches = _read_batches(segment)
         verified.add(segment.base_offset)
         stats.dirty_bytes += len(data)
-        controls = _control_types(batches, records)
-        skip = np.zeros(len(batches), dtype=bool)
-        has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
-        for b in range(len(batches)) if has_txn else ():
-            if b in controls:
-                tracker.on_control_batch_read(int(batches.producer_id[b]), int(batches.last_offset[b]), controls[b])
-                skip[b] = True
-            else:
-                skip[b] = tracker.on_batch_read(int(batches.producer_id[b]),
-                                                bool(batches.attributes[b] & fmt.TRANSACTIONAL_MASK),
-                                                int(batches.last_offset[b]))
-        if not has_txn:
-            skip = (batches.attributes & fmt.CONTROL_MASK) != 0
-        rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
-                              & ~skip[records.batch_index])
-        key_map.add(records, rows)
+        for lo, hi in segment_batches.windows(WINDOW_BYTES):
+            batches = segment_batches.window(lo, hi)
+            records = scan_records(data, batches, where=f"{segment.log_path}: ", workspace=workspace)
+            controls = _control_types(batches, records)
+            skip = np.zeros(len(batches), dtype=bool)
+            has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
+            for b in range(len(batches)) if has_txn else ():
+                if b in controls:
+                    tracker.on_control_batch_read(int(batches.producer_id[b]), int(batches.last_offset[b]),
+                                                  controls[b])
+                    skip[b] = True
+                else:
+                    skip[b] = tracker.on_batch_read(int(batches.producer_id[b]),
+                                                    bool(batches.attributes[b] & fmt.TRANSACTIONAL_MASK),
+                                                    int(batches.last_offset[b]))
+            if not has_txn:
+                skip = (batches.attributes & fmt.CONTROL_MASK) != 0
+            rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
+                                  & ~skip[records.batch_index])
+            key_map.add(records, rows)
     key_map.update_latest_offset(end - 1)
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
@@ -416,14 +423,14 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Key
                 # beyond that range would survive beside the new one. So if the last source segment
                 # would contribute nothing, its last batch is kept as a 61-byte empty batch.
                 cover_end = len(group) > 1 and segment is group[-1]
-                part, part_batches = _clean_segment(
-                    segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock, retain_legacy,
-                    stats, cover_end, check_crc=segment.base_offset not in verified)
-                f.write(part)  # now: the part lives in memory reused for the next segment
-                positions.append(part_batches.position + size)
-                last_offsets.append(part_batches.last_offset)
-                max_timestamps.append(part_batches.max_timestamp)
-                size += len(part)
+                for part, part_batches in _clean_segment(
+                        segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
+                        retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified):
+                    f.write(part)  # now: the part lives in memory reused for the next window
+                    positions.append(part_batches.position + size)
+                    last_offsets.append(part_batches.last_offset)
+                    max_timestamps.append(part_batches.max_timestamp)
+                    size += len(part)
             f.flush()
             os.fsync(f.fileno())
         # The output was verified batch by batch (CRCs, offsets, records): index it from those batches
@@ -468,12 +475,29 @@ def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
 def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker: TxnTracker,
                    producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
                    stats: CleanerStats, cover_end: bool = False, *,
-                   check_crc: bool = True) -> tuple[Buffer, BatchColumns]:
-    """``cleanInto`` for one source segment: the bytes of its retained batches, verified, and their
-    batches. The bytes may be a view of scratch memory, valid until the next segment is cleaned."""
-    data, batches, records = _scan(segment, check_crc=check_crc, workspace=_scratch.source)
-    n = len(batches)
+                   check_crc: bool = True) -> Iterator[tuple[Buffer, BatchColumns]]:
+    """``cleanInto`` for one source segment, a window of batches at a time: the bytes of each window's
+    retained batches, verified, and their batches. The bytes may be a view of scratch memory, valid
+    until the next window is cleaned. With ``cover_end``, a segment that would contribute nothing
+    keeps its last batch as an empty one (see ``write_cleaned_group``)."""
+    data, segment_batches = _read_batches(segment, check_crc=check_crc)
     stats.bytes_read += len(data)
+    kept_any = False
+    for lo, hi in segment_batches.windows(WINDOW_BYTES):
+        batches = segment_batches.window(lo, hi)
+        records = scan_records(data, batches, where=f"{segment.log_path}: ", workspace=_scratch.source)
+        out, out_batches = _clean_window(
+            segment, data, batches, records, key_map, tracker, producers, upper_bound, clock, retain_legacy, stats,
+            cover_end and not kept_any and hi == len(segment_batches))
+        kept_any = kept_any or len(out_batches) > 0
+        yield out, out_batches
+
+
+def _clean_window(segment: LogSegment, data: Buffer, batches: BatchColumns, records: RecordColumns,
+                  key_map: KeyMap | RangedKeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
+                  upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats,
+                  cover_end: bool) -> tuple[Buffer, BatchColumns]:
+    n = len(batches)
     stats.records_read += len(records)
     controls = _control_types(batches, records)
     is_control = (batches.attributes & fmt.CONTROL_MASK) != 0
@@ -497,20 +521,22 @@ def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker:
                 if (last == last_data_offset) if last_data_offset >= 0 else \
                         (bool(is_control[b]) and int(batches.producer_epoch[b]) == epoch):
                     retain_empty[b] = True
-    # Record decisions, vectorised (shouldRetainRecord).
+    # Record decisions, vectorised (shouldRetainRecord). A record is superseded when the map holds a
+    # later offset of its key; the rows the map was built from are answered by its bitmap.
     b_of = records.batch_index
     has_key = records.key_len >= 0
-    latest = np.full(len(records), -1, dtype=np.int64)
-    keyed = np.flatnonzero(has_key)
-    latest[keyed] = key_map.lookup(records, keyed)
+    superseded = np.zeros(len(records), dtype=bool)
+    mapped = np.flatnonzero(has_key & (records.offset <= key_map.latest_offset))
+    inserted = ~(is_control | discard_records)[b_of[mapped]]
+    superseded[mapped] = key_map.superseded(records, mapped, inserted)
     retain_deletes = np.where(batches.magic >= 2, ~has_horizon | (clock.now_ms < batches.base_timestamp), retain_legacy)
     beyond = records.offset > key_map.latest_offset
-    by_key = has_key & (records.offset >= latest) & ((records.value_len >= 0) | retain_deletes[b_of])
+    by_key = has_key & ~superseded & ((records.value_len >= 0) | retain_deletes[b_of])
     keep = ~discard_records[b_of] & (is_control[b_of] | beyond | by_key)
     dropped_data = ~keep & ~discard_records[b_of] & ~is_control[b_of]
     stats.aborted_records_removed += int((~keep & discard_records[b_of] & ~is_control[b_of]).sum())
     stats.unkeyed_records_removed += int((dropped_data & ~has_key).sum())
-    stats.tombstones_removed += int((dropped_data & has_key & (records.offset >= latest)).sum())
+    stats.tombstones_removed += int((dropped_data & has_key & ~superseded).sum())
     retained = np.bincount(b_of[keep], minlength=n) if len(records) else np.zeros(n, dtype=np.int64)
     counts = np.bincount(b_of, minlength=n) if len(records) else np.zeros(n, dtype=np.int64)
     tombstone_kept = np.bincount(b_of[keep & has_key & (records.value_len < 0)], minlength=n) > 0 \

@@ -20,29 +20,42 @@ import numpy as np
 import numpy.typing as npt
 
 from kafkalog.errors import CleanerError
-from kafkalog.format.rewrite import INLINE_KEY_BYTES, SLOT_WORDS, table_get, table_put, table_rehash
+from kafkalog.format.key_table import INLINE_KEY_BYTES, SLOT_WORDS, bits_set, table_get, table_put, table_rehash
 from kafkalog.format.scan import RecordColumns
 
 I64 = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 MAX_LOAD = 0.8
 CHUNK_ROWS = 1 << 18
+# The superseded bitmap costs a bit per offset of the range it tracks, in zero pages that only
+# become memory where records are; past this span (a sparse, compacted range) it is not kept.
+MAX_TRACKED_OFFSETS = 1 << 34
 
 
 class KeyMap:
-    def __init__(self, capacity: int = 1 << 16) -> None:
+    """Exact key → latest offset. With ``tracked`` = ``(first, end)``, it also records which offsets
+    of that range are superseded by a later offset of their key, so ``superseded`` answers rows that
+    were inserted without probing the table again."""
+
+    def __init__(self, capacity: int = 1 << 16, tracked: tuple[int, int] | None = None) -> None:
         self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
         self._arena = np.empty(1 << 16, dtype=np.uint8)
         self._arena_used = 0
         self._size = 0
         self.latest_offset = -1
         self.records = 0
+        first, end = tracked or (0, 0)
+        span = end - first if 0 < end - first <= MAX_TRACKED_OFFSETS else 0
+        self._tracked_base = first
+        self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
+        self._inserted = (-1, -1)  # the first and last offset inserted (rows come in offset order)
 
     def _reserve(self, keys: int, key_bytes: int) -> None:
         if self._size + keys > len(self._table) * MAX_LOAD:
             # Grow by at least half, so a long run of inserts costs amortised O(1) rehashing.
             capacity = max(int((self._size + keys) / MAX_LOAD) + 1, len(self._table) * 3 // 2)
             new = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
-            table_rehash(self._table, self._arena, new)
+            table_rehash(self._table, new)
             self._table = new
         if self._arena_used + key_bytes > len(self._arena):
             grown = np.empty(max(2 * len(self._arena), self._arena_used + key_bytes), dtype=np.uint8)
@@ -50,15 +63,23 @@ class KeyMap:
             self._arena = grown
 
     def add(self, columns: RecordColumns, rows: I64) -> None:
-        """Record the keys of ``rows`` (keyed records; the largest offset per key wins)."""
+        """Record the keys of ``rows`` (keyed records; the largest offset per key wins, the others
+        are marked superseded)."""
         rows = rows.astype(np.int64, copy=False)
+        if not len(rows):
+            return
+        offsets = columns.offset[rows]
+        first, last = int(offsets.min()), int(offsets.max())
+        self._inserted = (first if self._inserted[0] < 0 else min(first, self._inserted[0]),
+                          max(last, self._inserted[1]))
         # In chunks: the table is sized for "every row is a new key", so a smaller chunk over-sizes less.
         for start in range(0, len(rows), CHUNK_ROWS):
             chunk = rows[start:start + CHUNK_ROWS]
             lengths = columns.key_len[chunk]
             self._reserve(len(chunk), int((lengths[lengths > INLINE_KEY_BYTES] + 4).sum()))
             added, self._arena_used = table_put(self._table, self._arena, self._arena_used, columns.data,
-                                                columns.key_pos, columns.key_len, columns.offset, chunk)
+                                                columns.key_pos, columns.key_len, columns.offset, chunk,
+                                                self._superseded, self._tracked_base)
             self._size += added
             self.records += len(chunk)
 
@@ -75,16 +96,37 @@ class KeyMap:
         return table_get(self._table, self._arena, columns.data, columns.key_pos, columns.key_len,
                          rows.astype(np.int64, copy=False))
 
+    def tracks(self, offsets: I64) -> Bools:
+        """Which offsets lie in the range this map inserted and tracks supersession for."""
+        first, last = self._inserted
+        end = min(last + 1, self._tracked_base + 64 * len(self._superseded))
+        return (offsets >= max(first, self._tracked_base)) & (offsets < end)
+
+    def superseded(self, columns: RecordColumns, rows: I64, inserted: Bools) -> Bools:
+        """Whether the map holds a later offset than each row's own for the row's key.
+
+        ``inserted`` marks rows that were added to this map (keyed, in its range, not skipped); they
+        are answered from the bitmap, every other row by a lookup."""
+        rows = rows.astype(np.int64, copy=False)
+        offsets = columns.offset[rows]
+        out = np.zeros(len(rows), dtype=bool)
+        fast = inserted & self.tracks(offsets)
+        out[fast] = bits_set(self._superseded, self._tracked_base, offsets[fast])
+        slow = np.flatnonzero(~fast)
+        out[slow] = self.lookup(columns, rows[slow]) > offsets[slow]
+        return out
     # --- sharing a map between processes (the Spark job's key-map tasks and its rewrite tasks) ------
     def save(self, prefix: Path) -> None:
-        """Write the map as ``<prefix>.table.npy``, ``<prefix>.arena.npy`` and ``<prefix>.json``
+        """Write the map as ``<prefix>.table.npy``, ``.arena.npy``, ``.superseded.npy`` and ``.json``
         (last, by rename: its presence means the map is complete)."""
-        for suffix, array in ((".table.npy", self._table), (".arena.npy", self._arena[:self._arena_used])):
+        for suffix, array in ((".table.npy", self._table), (".arena.npy", self._arena[:self._arena_used]),
+                              (".superseded.npy", self._superseded)):
             tmp = Path(f"{prefix}{suffix}.tmp")
             with open(tmp, "wb") as f:
                 np.save(f, array)
             os.replace(tmp, f"{prefix}{suffix}")
-        meta = {"size": self._size, "latest_offset": self.latest_offset, "records": self.records}
+        meta = {"size": self._size, "latest_offset": self.latest_offset, "records": self.records,
+                "tracked_base": self._tracked_base, "inserted": list(self._inserted)}
         tmp = Path(f"{prefix}.json.tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, f"{prefix}.json")
@@ -97,14 +139,19 @@ class KeyMap:
             # Copy-on-write maps: writable arrays, so the kernels compiled for a built map serve it too.
             table = np.load(f"{prefix}.table.npy", mmap_mode="c")
             arena = np.load(f"{prefix}.arena.npy", mmap_mode="c") if meta["size"] else np.empty(0, np.uint8)
-        except (OSError, ValueError, KeyError) as exc:
+            superseded = np.load(f"{prefix}.superseded.npy")
+            tracked_base, (first, last) = int(meta["tracked_base"]), meta["inserted"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CleanerError(f"key map {prefix}: cannot be read ({exc})") from None
-        if table.ndim != 2 or table.shape[1] != SLOT_WORDS or table.dtype != np.int64:
+        if table.ndim != 2 or table.shape[1] != SLOT_WORDS or table.dtype != np.int64 \
+                or superseded.dtype != np.uint64 or superseded.ndim != 1:
             raise CleanerError(f"key map {prefix}: not a key-map table")
         key_map = cls.__new__(cls)
         key_map._table, key_map._arena = table, arena
         key_map._arena_used, key_map._size = len(arena), int(meta["size"])
         key_map.latest_offset, key_map.records = int(meta["latest_offset"]), int(meta["records"])
+        key_map._superseded, key_map._tracked_base = superseded, tracked_base
+        key_map._inserted = (int(first), int(last))
         return key_map
 
 
@@ -132,4 +179,22 @@ class RangedKeyMap:
             found = part.lookup(columns, rows[todo])
             out[todo] = found
             todo = todo[found < 0]
+        return out
+
+    def superseded(self, columns: RecordColumns, rows: I64, inserted: Bools) -> Bools:
+        """As ``KeyMap.superseded`` over the whole range: a row inserted into one range's map is
+        superseded there, or by its key in any later range."""
+        rows = rows.astype(np.int64, copy=False)
+        offsets = columns.offset[rows]
+        out = np.zeros(len(rows), dtype=bool)
+        answered = np.zeros(len(rows), dtype=bool)
+        for i, part in enumerate(self.parts):
+            mine = np.flatnonzero(inserted & ~answered & part.tracks(offsets))
+            answered[mine] = True
+            out[mine] = part.superseded(columns, rows[mine], np.ones(len(mine), dtype=bool))
+            later = mine[~out[mine]]
+            if len(later) and i + 1 < len(self.parts):
+                out[later] = RangedKeyMap(self.parts[i + 1:], self.latest_offset).lookup(columns, rows[later]) >= 0
+        rest = np.flatnonzero(~answered)
+        out[rest] = self.lookup(columns, rows[rest]) > offsets[rest]
         return out

@@ -12,11 +12,12 @@ import pytest
 from test_cleaner import DAY, T0, _mixed_log, clean, cleaner_checkpoint, live_digest, new_store, put
 
 from kafkalog.errors import CleanerError
+from kafkalog.format.scan import scan_records
 from kafkalog.log import names
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import split_clean
-from kafkalog.maintenance.cleaner import CleanerStats, _scan, build_key_map, open_clean_context
+from kafkalog.maintenance.cleaner import CleanerStats, _read_batches, build_key_map, open_clean_context
 from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
 from kafkalog.tools.verify import verify_store
 
@@ -78,7 +79,7 @@ def test_ranged_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
     assert all(len(p) > 0 for p in parts)  # every slice holds some of the dirty segments
     ranged = RangedKeyMap(parts, whole.latest_offset)
     for segment in ctx.segments:
-        _, _, records = _scan(segment)
+        records = scan_records(*_read_batches(segment))
         rows = np.flatnonzero(records.key_len >= 0).astype(np.int64)
         assert np.array_equal(ranged.lookup(records, rows), whole.lookup(records, rows))
 

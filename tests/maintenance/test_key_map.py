@@ -1,0 +1,100 @@
+"""The cleaner's key map against a Python dict: exact keys of every length, growth, supersession
+bitmap, saved maps and maps of several ranges."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kafkalog.format.batch import Record, build_batch
+from kafkalog.format.scan import RecordColumns, scan_batches, scan_records
+from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
+
+
+def _columns(keys: list[bytes | None], first_offset: int) -> RecordColumns:
+    raw = b"".join(build_batch([Record(first_offset + i + j, 0, key, b"v") for j, key in enumerate(keys[i:i + 50])])
+                   for i in range(0, len(keys), 50))
+    return scan_records(raw, scan_batches(raw))
+
+
+def _random_keys(rng: random.Random, count: int, distinct: int) -> list[bytes | None]:
+    # Lengths around the 8- and 16-byte word boundaries the table handles separately, long keys that
+    # share long prefixes (equality must be decided on every byte), an empty key and null keys.
+    pool: list[bytes | None] = [b"", None]
+    for i in range(distinct):
+        length = rng.choice([1, 7, 8, 9, 15, 16, 17, 24, 40, 300])
+        pool.append((b"p" * 200 + i.to_bytes(4, "big") * 80)[-length:] if length > 16 else
+                    i.to_bytes(4, "big")[:length] + bytes(rng.randrange(256) for _ in range(max(0, length - 4))))
+    return [rng.choice(pool) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def segments() -> list[tuple[list[bytes | None], RecordColumns]]:
+    rng = random.Random(7)
+    out = []
+    offset = 1000
+    for count in (3000, 4000, 2500):
+        keys = _random_keys(rng, count, 700)
+        out.append((keys, _columns(keys, offset)))
+        offset += count
+    return out
+
+
+def _expected(segments: list[tuple[list[bytes | None], RecordColumns]]) -> dict[bytes, int]:
+    latest: dict[bytes, int] = {}
+    for keys, columns in segments:
+        for i, key in enumerate(keys):
+            if key is not None:
+                latest[key] = int(columns.offset[i])
+    return latest
+
+
+def _build(parts: list[tuple[list[bytes | None], RecordColumns]], tracked: tuple[int, int]) -> KeyMap:
+    key_map = KeyMap(capacity=16, tracked=tracked)  # tiny: every insert round grows and rehashes
+    for _, columns in parts:
+        key_map.add(columns, np.flatnonzero(columns.key_len >= 0))
+    return key_map
+
+
+def test_lookup_and_supersession_equal_a_dict(segments: list[tuple[list[bytes | None], RecordColumns]]) -> None:
+    latest = _expected(segments)
+    key_map = _build(segments, (1000, 1000 + 9500))
+    assert len(key_map) == len(latest) > 600
+    for keys, columns in segments:
+        rows = np.flatnonzero(columns.key_len >= 0)
+        want = np.array([latest[keys[r]] for r in rows])
+        assert np.array_equal(key_map.lookup(columns, rows), want)
+        superseded = want > columns.offset[rows]
+        assert superseded.any() and not superseded.all()
+        # From the bitmap (rows inserted) and from lookups (rows said not to be): the same answer.
+        assert np.array_equal(key_map.superseded(columns, rows, np.ones(len(rows), dtype=bool)), superseded)
+        assert np.array_equal(key_map.superseded(columns, rows, np.zeros(len(rows), dtype=bool)), superseded)
+
+
+def test_absent_keys_are_not_found(segments: list[tuple[list[bytes | None], RecordColumns]]) -> None:
+    key_map = _build(segments[:1], (1000, 4000))
+    other = _columns([b"absent-" + bytes([i]) * i for i in range(40)] + [b"p" * 300], 50_000)
+    rows = np.arange(len(other))
+    assert (key_map.lookup(other, rows) == -1).all()
+    assert not key_map.superseded(other, rows, np.zeros(len(rows), dtype=bool)).any()
+
+
+def test_saved_map_and_ranges_answer_as_the_whole_map(
+        segments: list[tuple[list[bytes | None], RecordColumns]], tmp_path: Path) -> None:
+    whole = _build(segments, (1000, 10_500))
+    bounds = [1000, 4000, 8000, 10_500]
+    parts = []
+    for i in range(3):
+        _build(segments[i:i + 1], (bounds[i], 10_500)).save(tmp_path / f"part-{i}")
+        parts.append(KeyMap.load(tmp_path / f"part-{i}"))
+    ranged = RangedKeyMap(parts, whole.latest_offset)
+    for _, columns in segments:
+        rows = np.flatnonzero(columns.key_len >= 0)
+        assert np.array_equal(ranged.lookup(columns, rows), whole.lookup(columns, rows))
+        everything = np.ones(len(rows), dtype=bool)
+        expected = whole.superseded(columns, rows, everything)
+        assert np.array_equal(ranged.superseded(columns, rows, everything), expected)
+        assert np.array_equal(ranged.superseded(columns, rows, ~everything), expected)

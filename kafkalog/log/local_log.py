@@ -221,9 +221,9 @@ class LocalLog:
         for segment in self._segments:
             if segment.read_next_offset() <= start:
                 continue
-            data, batches = segment.scan()
-            for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)):
-                state.update(summarize_batch(data, batches, int(i)))
+            for data, batches in segment.scan_chunks():  # the active segment can be large: in chunks
+                for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)):
+                    state.update(summarize_batch(data, batches, int(i)))
         return state
 
     # --- appending -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,32 @@ class LogSegment:
         with open(self.log_path, "rb") as f:
             f.seek(start)
             return f.read() if end is None else f.read(max(0, end - start))
+
+    def scan_chunks(self, start: int = 0, chunk_bytes: int = 8 << 20) -> Iterator[tuple[memoryview, BatchColumns]]:
+        """``scan`` a chunk of complete entries at a time, every chunk read into the same buffer:
+        memory stays bounded by the chunk (or the largest entry), not the segment. Each chunk's view
+        is valid until the next one is read. An incomplete entry at the end just ends the scan."""
+        buffer = bytearray(chunk_bytes)
+        with open(self.log_path, "rb") as f:
+            position = start
+            while True:
+                f.seek(position)
+                read = f.readinto(buffer)
+                view = memoryview(buffer)[:read]
+                batches = scan_batches(view, where=f"{self.log_path}: ")
+                if not len(batches):
+                    if read < len(buffer):
+                        return  # the end of the file, or a torn last entry
+                    # The buffer holds only the start of an entry: a larger one, unless that entry
+                    # claims to reach past the end of the file (torn).
+                    needed = fmt.LOG_OVERHEAD + int.from_bytes(view[8:12], "big") if read >= fmt.LOG_OVERHEAD \
+                        else 2 * fmt.LOG_OVERHEAD
+                    if needed <= len(buffer) or needed > os.fstat(f.fileno()).st_size - position:
+                        return
+                    buffer = bytearray(needed)
+                    continue
+                yield view, batches
+                position += batches.valid_end
 
     def scan(self, start: int = 0) -> tuple[bytes, BatchColumns]:
         """The ``.log`` bytes from ``start`` and the header columns of every complete entry."""

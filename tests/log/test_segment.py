@@ -552,3 +552,23 @@ def test_append_index_rule_equals_recovery_rebuild(tmp_path: Path, batches: list
         o, p = seg.offset_index.entry(i)
         j = int((cols.position == p).nonzero()[0][0])
         assert int(cols.last_offset[j]) == o
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 100, 250, 1 << 20])
+def test_scan_chunks_sees_what_scan_sees(tmp_path: Path, chunk_bytes: int) -> None:
+    """Chunks smaller than one entry, a few entries, or the whole file: the same entries, in order,
+    up to a torn last entry."""
+    seg = segment(tmp_path, 0)
+    for offset in range(0, 60, 3):
+        values = (f"v{offset}-{i}" * (offset % 7) for i in range(3))
+        seg.append(offset + 2, 10 * offset, offset, records(offset, *values))
+    seg.flush()
+    with open(seg.log_path, "ab") as f:
+        f.write(records(60, "torn")[:30])  # a write cut short
+    _, whole = seg.scan()
+    chunks = list(seg.scan_chunks(chunk_bytes=chunk_bytes))
+    assert [int(o) for _, b in chunks for o in b.last_offset] == [int(o) for o in whole.last_offset] == \
+        list(range(2, 60, 3))
+    data, first = next(iter(seg.scan_chunks(chunk_bytes=chunk_bytes)))
+    start, size = int(first.position[0]), int(first.size[0])
+    assert bytes(data[start:start + size]) == seg.read_bytes(0, int(whole.size[0]))

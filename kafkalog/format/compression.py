@@ -278,6 +278,36 @@ def _lz4_encode(data: memoryview, level: int, magic: int) -> bytes:
     return bytes(out)
 
 
+def compress_bound(size: int) -> int:
+    """Room enough for any codec's output of ``size`` bytes (snappy's worst case is the largest)."""
+    return size + size // 6 + 64
+
+
+def compress_into(codec: CompressionType, data: memoryview, out: memoryview) -> int:
+    """``compress(codec, data)`` (Kafka's default level, magic 2) written into ``out``, which has
+    ``compress_bound(len(data))`` bytes of room; returns the bytes written. Kafka's default lz4 is
+    compressed block by block straight into ``out`` (the cleaner recompresses every rebuilt batch:
+    no intermediate ``bytes`` per batch); other codecs are compressed, then copied."""
+    if codec is not CompressionType.LZ4:
+        packed = compress(codec, data)
+        out[:len(packed)] = packed
+        return len(packed)
+    out[:len(_LZ4_HEADER)] = _LZ4_HEADER
+    q = len(_LZ4_HEADER)
+    for start in range(0, len(data), _LZ4_BLOCK):
+        chunk = data[start:start + _LZ4_BLOCK]
+        written = cramjam.lz4.compress_block_into(chunk, out[q + 4:], store_size=False)
+        if written >= len(chunk):  # incompressible: stored raw, as in _lz4_encode
+            _U32LE.pack_into(out, q, len(chunk) | _LZ4_STORED)
+            out[q + 4:q + 4 + len(chunk)] = chunk
+            q += 4 + len(chunk)
+        else:
+            _U32LE.pack_into(out, q, written)
+            q += 4 + written
+    out[q:q + 4] = _LZ4_END_MARK
+    return q + 4
+
+
 def _lz4_encode_hc(data: memoryview, level: int, header: bytes) -> bytes:
     # cramjam 2.14's compress_block ignores mode/compression, so HC goes through liblz4's frame
     # API, which always adds block checksums; keep its blocks, drop the checksums and the header.

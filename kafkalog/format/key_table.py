@@ -28,10 +28,8 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from kafkalog.format.intrinsics import load_u64, prefetch_row
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -47,26 +45,6 @@ _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-@intrinsic
-def _prefetch_row(typingctx: Any, table: Any, row: Any) -> Any:
-    """``llvm.prefetch`` (read, keep in all cache levels) of ``table[row, 0]``: starts the miss
-    without waiting for it."""
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
-            context, builder, array_type, array, [args[1], context.get_constant(types.intp, 0)])
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")  # type: ignore[no-untyped-call]
-        builder.call(fn, [builder.bitcast(pointer, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(table, types.intp), codegen
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def _word(data: U8, p: Any, n: Any) -> Any:
     """Up to 8 bytes at ``p``, little-endian, zero-padded: one 8-byte load where the buffer allows."""
@@ -74,8 +52,7 @@ def _word(data: U8, p: Any, n: Any) -> Any:
     if n <= 0:
         return w
     if p + 8 <= len(data):
-        for j in range(8):  # a fixed-length loop the compiler turns into one load
-            w |= np.uint64(data[p + j]) << np.uint64(8 * j)
+        w = load_u64(data, p)  # type: ignore[call-arg]  # typingctx is numba's
         if n < 8:
             w &= (np.uint64(1) << np.uint64(8 * n)) - np.uint64(1)
         return w
@@ -145,7 +122,7 @@ def _stage(ring: Any, k: Any, table: Any, data: U8, key_pos: I64, key_len: I32, 
     h, w0, w1 = _hash_key(data, key_pos[r], n)
     tag = _tag(h, n)
     home = _home(tag, len(table))
-    _prefetch_row(table, home)  # type: ignore[call-arg]  # typingctx is numba's
+    prefetch_row(table, home)  # type: ignore[call-arg]  # typingctx is numba's
     i = k & (_RING - 1)
     ring[i, 0] = tag
     ring[i, 1] = home
@@ -243,7 +220,7 @@ def table_rehash(table: Any, new: Any) -> None:
     for s in range(old):
         ahead = s + AHEAD
         if ahead < old and table[ahead, 0] != 0:
-            _prefetch_row(new, _home(table[ahead, 0], capacity))  # type: ignore[call-arg]
+            prefetch_row(new, _home(table[ahead, 0], capacity))  # type: ignore[call-arg]
         tag = table[s, 0]
         if tag == 0:
             continue

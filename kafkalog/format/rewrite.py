@@ -18,6 +18,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from kafkalog.format.intrinsics import load_u64
+
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -96,8 +98,14 @@ def records_equal(a: U8, a_pos: I64, a_size: I32, a_rows: I64, b: U8, b_pos: I64
         lb = b_pos[rb] + b_size[rb] - b_skip[i]
         if la != lb:
             return i
-        for j in range(la):
-            if a[a_skip[i] + j] != b[b_skip[i] + j]:
+        pa, pb = a_skip[i], b_skip[i]
+        j = 0
+        while j + 8 <= la:  # eight bytes at a time
+            if load_u64(a, pa + j) != load_u64(b, pb + j):  # type: ignore[call-arg]  # typingctx is numba's
+                return i
+            j += 8
+        for k in range(j, la):
+            if a[pa + k] != b[pb + k]:
                 return i
     return -1
 

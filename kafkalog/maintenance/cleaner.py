@@ -74,7 +74,7 @@ Buffer = bytes | memoryview
 
 
 class _Scratch(threading.local):
-    """Memory reused by every segment this thread cleans: writing fresh pages costs more than the
+    """Memory reused by every window this thread cleans: writing fresh pages costs more than the
     work done in them on a VM that returns freed memory to its host, so the columns of the source
     and of the cleaned output, and the output itself, live in buffers that only ever grow."""
 
@@ -82,11 +82,18 @@ class _Scratch(threading.local):
         self.source = ColumnWorkspace()
         self.output = ColumnWorkspace()
         self._bytes = np.empty(0, dtype=np.uint8)
+        self._final = np.empty(0, dtype=np.uint8)
 
     def out_bytes(self, size: int) -> npt.NDArray[np.uint8]:
         if len(self._bytes) < size:
             self._bytes = np.empty(max(size, len(self._bytes) * 5 // 4), dtype=np.uint8)
         return self._bytes
+
+    def final_bytes(self, size: int) -> npt.NDArray[np.uint8]:
+        """A second output buffer: the window's batches after recompression."""
+        if len(self._final) < size:
+            self._final = np.empty(max(size, len(self._final) * 5 // 4), dtype=np.uint8)
+        return self._final
 
 
 _scratch = _Scratch()
@@ -588,20 +595,27 @@ def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColum
         struct.pack_into(">I", view, s + fmt.CRC_OFFSET, crc32c(view[s + fmt.ATTRIBUTES_OFFSET:s + 12 + length]))
     if not recompress.any():
         return view[:end]
-    parts: list[bytes | bytearray | memoryview] = []
-    cursor = 0
-    for b in np.flatnonzero(recompress):
-        s = int(starts[b])
+    # Second pass: batches before each recompressed one are moved as they are; the recompressed
+    # batch's records go straight from ``out`` into ``final`` through the codec.
+    rebuilt = np.flatnonzero(recompress)
+    # Their records sections add up to less than ``end``: room for each one's compress_bound.
+    final = _scratch.final_bytes(compression.compress_bound(end) + 64 * len(rebuilt))
+    into = memoryview(final)  # type: ignore[arg-type]  # ndarray is a buffer
+    q = cursor = 0
+    for batch in rebuilt.tolist():
+        s = int(starts[batch])
         length = int.from_bytes(view[s + 8:s + 12], "big")
-        parts.append(view[cursor:s])
-        section = compression.compress(CompressionType(int(codecs[b])), bytes(view[s + 61:s + 12 + length]))
-        batch = bytearray(view[s:s + 61]) + section
-        struct.pack_into(">i", batch, 8, len(batch) - fmt.LOG_OVERHEAD)
-        struct.pack_into(">I", batch, fmt.CRC_OFFSET, crc32c(memoryview(batch)[fmt.ATTRIBUTES_OFFSET:]))
-        parts.append(batch)
+        into[q:q + s - cursor] = view[cursor:s]
+        q += s - cursor
+        into[q:q + 61] = view[s:s + 61]
+        size = 61 + compression.compress_into(CompressionType(int(codecs[batch])), view[s + 61:s + 12 + length],
+                                              into[q + 61:])
+        struct.pack_into(">i", into, q + 8, size - fmt.LOG_OVERHEAD)
+        struct.pack_into(">I", into, q + fmt.CRC_OFFSET, crc32c(into[q + fmt.ATTRIBUTES_OFFSET:q + size]))
+        q += size
         cursor = s + 12 + length
-    parts.append(view[cursor:end])
-    return b"".join(parts)
+    into[q:q + end - cursor] = view[cursor:end]
+    return into[:q + end - cursor]
 
 
 def _assemble_per_batch(data: Buffer, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kafka import codec as kafka_codec
 
 from kafkalog.errors import CompressionError
-from kafkalog.format.compression import CompressionType, compress, decompress
+from kafkalog.format.compression import CompressionType, compress, compress_bound, compress_into, decompress
 
 C = CompressionType
 ALL = list(CompressionType)
@@ -147,6 +147,18 @@ def test_property_round_trip(codec: CompressionType, data: bytes, magic: int) ->
 def test_property_lz4_every_level(data: bytes, level: int) -> None:
     encoded = compress(C.LZ4, data, level)
     assert lz4.frame.decompress(encoded) == data
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(codec=st.sampled_from(ALL), data=_payloads | st.binary(min_size=65530, max_size=140_000))
+def test_compress_into_writes_the_bytes_of_compress(codec: CompressionType, data: bytes) -> None:
+    """Within ``compress_bound``'s room (guarded by a canary), the bytes ``compress`` returns: Kafka's
+    checksum vectors and every property of ``compress`` carry over to the cleaner's path."""
+    room = compress_bound(len(data))
+    out = bytearray(b"\xa5" * (room + 16))
+    written = compress_into(codec, memoryview(data), memoryview(out)[:room])
+    assert bytes(out[:written]) == compress(codec, data)
+    assert out[room:] == b"\xa5" * 16
 
 
 # --- gzip ---------------------------------------------------------------------------------------------

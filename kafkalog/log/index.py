@@ -103,11 +103,12 @@ class _Index:
         self.file_length = expected
         self.preallocated_bytes = 0
 
-    def write_entries(self, entries: list[tuple[int, int]]) -> None:
-        """Append many absolute-offset entries at once (a rebuild); callers guarantee their order."""
-        if not entries:
+    def write_entries(self, first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> None:
+        """Append many entries at once (a rebuild), given as their two fields with absolute offsets
+        (offset, position / timestamp, offset); callers guarantee their order."""
+        if not len(first):
             return
-        arr = self._encode(entries)
+        arr = self._encode(first.astype(np.int64), second.astype(np.int64))
         if len(self._entries) + len(arr) > self.max_entries + (1 if self.key == "timestamp" else 0):
             raise CorruptIndexError(f"attempt to append {len(arr)} entries to {self.path}, beyond its capacity")
         self.close()
@@ -117,7 +118,7 @@ class _Index:
         self._entries = np.concatenate([self._entries, arr])
         self.file_length = len(self._entries) * self.entry_size
 
-    def _encode(self, entries: list[tuple[int, int]]) -> npt.NDArray[np.void]:
+    def _encode(self, first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
         raise NotImplementedError
 
     def truncate_to_entries(self, count: int) -> None:
@@ -169,6 +170,13 @@ class _Index:
         self.close()
         self.path.unlink(missing_ok=True)
 
+    def _relative_all(self, offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        relative = offsets - self.base_offset
+        bad = np.flatnonzero((relative < 0) | (relative > MAX_INT))
+        if len(bad):
+            self._relative(int(offsets[bad[0]]))  # raises the error
+        return relative
+
     def _relative(self, offset: int) -> int:
         relative = offset - self.base_offset
         if not 0 <= relative <= MAX_INT:
@@ -194,8 +202,10 @@ class OffsetIndex(_Index):
         e = self._entries[slot]
         return self.base_offset + int(e["relative_offset"]), int(e["position"])
 
-    def _encode(self, entries: list[tuple[int, int]]) -> npt.NDArray[np.void]:
-        return np.array([(self._relative(o), p) for o, p in entries], dtype=self.dtype)
+    def _encode(self, first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
+        out = np.empty(len(first), dtype=self.dtype)  # (offset, position)
+        out["relative_offset"], out["position"] = self._relative_all(first), second
+        return out
 
     def append(self, offset: int, position: int) -> None:
         if len(self._entries) and offset <= self.last_offset:
@@ -250,8 +260,10 @@ class TimeIndex(_Index):
         e = self._entries[slot]
         return int(e["timestamp"]), self.base_offset + int(e["relative_offset"])
 
-    def _encode(self, entries: list[tuple[int, int]]) -> npt.NDArray[np.void]:
-        return np.array([(t, self._relative(o)) for t, o in entries], dtype=self.dtype)
+    def _encode(self, first: npt.NDArray[np.int64], second: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
+        out = np.empty(len(first), dtype=self.dtype)  # (timestamp, offset)
+        out["timestamp"], out["relative_offset"] = first, self._relative_all(second)
+        return out
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append only when the timestamp is strictly larger than the last entry's."""

@@ -13,7 +13,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -258,30 +260,20 @@ class LogSegment:
         ``positions`` (already validated): the entries Kafka's per-batch appends would make."""
         self.offset_index.reset()
         self.time_index.reset()
-        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
-        last_index_entry = 0
-        offset_entries: list[tuple[int, int]] = []
-        time_entries: list[tuple[int, int]] = []
-        last_offset_list = last_offsets.tolist()
-        max_timestamp_list = max_timestamps.tolist()
-        for i, position in enumerate(positions.tolist()):
-            if max_timestamp_list[i] > self.max_timestamp_so_far:
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = max_timestamp_list[i], \
-                    last_offset_list[i]
-            if position - last_index_entry > self.settings.index_interval_bytes:
-                offset_entries.append((last_offset_list[i], position))
-                if not time_entries or self.max_timestamp_so_far > time_entries[-1][0]:
-                    time_entries.append((self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far))
-                last_index_entry = position
-        self.offset_index.write_entries(offset_entries)
-        self.time_index.write_entries([e for e in time_entries if e[0] >= 0])
+        offsets, offset_positions, times, time_offsets, max_timestamp, offset_of_max, last_index_entry = \
+            _index_points(positions.astype(np.int64), last_offsets.astype(np.int64), max_timestamps.astype(np.int64),
+                          self.settings.index_interval_bytes, -1, self.base_offset)
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = int(max_timestamp), int(offset_of_max)
+        self.offset_index.write_entries(offsets, offset_positions)
+        valid = times >= 0
+        self.time_index.write_entries(times[valid], time_offsets[valid])
         if not self.offset_index.path.exists():
             self.offset_index.path.touch()
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far,
                                      skip_full_check=True)
         if not self.time_index.path.exists():
             self.time_index.path.touch()
-        self.bytes_since_last_index_entry = size - last_index_entry if len(positions) else 0
+        self.bytes_since_last_index_entry = size - int(last_index_entry) if len(positions) else 0
 
     def truncate_to(self, offset: int, now_ms: int | None = None) -> int:
         """Drop every batch holding an offset ≥ ``offset``; returns the bytes removed."""
@@ -389,3 +381,28 @@ def _slice_columns(batches: BatchColumns, i: int) -> BatchColumns:
     fields = {name: getattr(batches, name)[i:i + 1] for name in BatchColumns.__dataclass_fields__
               if name != "valid_end"}
     return BatchColumns(**fields, valid_end=batches.valid_end)
+
+
+@numba.njit(cache=True, nogil=True)
+def _index_points(positions: npt.NDArray[np.int64], last_offsets: npt.NDArray[np.int64],
+                  max_timestamps: npt.NDArray[np.int64], interval: int, max_timestamp: int,
+                  offset_of_max: int) -> tuple[Any, Any, Any, Any, int, int, int]:
+    """The index entries per-batch appends make (``LogSegment.append``): an offset entry, and a time
+    entry when the running max timestamp grew, at each batch more than ``interval`` bytes past the
+    last entry. Returns them, the final max timestamp and its offset, and the last entry's position."""
+    n = len(positions)
+    offsets, offset_positions = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    times, time_offsets = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    k = m = 0
+    last_entry = 0
+    for i in range(n):
+        if max_timestamps[i] > max_timestamp:
+            max_timestamp, offset_of_max = max_timestamps[i], last_offsets[i]
+        if positions[i] - last_entry > interval:
+            offsets[k], offset_positions[k] = last_offsets[i], positions[i]
+            k += 1
+            if m == 0 or max_timestamp > times[m - 1]:
+                times[m], time_offsets[m] = max_timestamp, offset_of_max
+                m += 1
+            last_entry = positions[i]
+    return offsets[:k], offset_positions[:k], times[:m], time_offsets[:m], max_timestamp, offset_of_max, last_entry

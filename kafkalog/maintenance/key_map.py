@@ -52,8 +52,9 @@ class KeyMap:
 
     def _reserve(self, keys: int, key_bytes: int) -> None:
         if self._size + keys > len(self._table) * MAX_LOAD:
-            # Grow by at least half, so a long run of inserts costs amortised O(1) rehashing.
-            capacity = max(int((self._size + keys) / MAX_LOAD) + 1, len(self._table) * 3 // 2)
+            # Double: every table of the chain is fresh memory, which costs more than the rehash itself
+            # on a VM that returns freed pages to its host; doubling touches 2x the final table in all.
+            capacity = max(int((self._size + keys) / MAX_LOAD) + 1, len(self._table) * 2)
             new = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
             table_rehash(self._table, new)
             self._table = new

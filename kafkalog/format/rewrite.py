@@ -3,6 +3,7 @@
 The cleaner's per-record work runs here, over the columns of :mod:`kafkalog.format.scan` (the key
 map's kernels are in :mod:`kafkalog.format.key_table`):
 
+* ``decide_records`` — which records a window keeps (``shouldRetainRecord``), in one pass.
 * ``assemble_uncompressed`` — write the cleaned form of a segment's batches in one pass.
 * ``records_equal`` — the verification's byte-for-byte comparison of retained records.
 * ``rebuild_records`` — re-encode retained records against a new base timestamp: the timestamp
@@ -18,7 +19,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from kafkalog.format.intrinsics import load_u64
+from kafkalog.format.intrinsics import copy_bytes, load_u64
 
 U8 = npt.NDArray[np.uint8]
 I32 = npt.NDArray[np.int32]
@@ -82,9 +83,48 @@ def rebuild_records(data: U8, record_pos: I64, record_size: I32, timestamps: I64
         q = _write_varlong(out, q, body)  # a varint of a non-negative int32 encodes like a varlong
         out[q] = 0
         q = _write_varlong(out, q + 1, delta)
-        out[q:q + tail] = data[rest:rest + tail]
+        copy_bytes(out, q, data, rest, tail)
         q += tail
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def decide_records(batch_index: Any, key_len: I32, value_len: I32, offsets: I64, superseded: Any, latest_offset: int,
+                   discard: Any, control: Any, retain_deletes: Any, batch_count: int) -> tuple[Any, ...]:
+    """Kafka's ``shouldRetainRecord`` for every record of a window, in one pass: records of
+    discarded (aborted) batches go; control records and records past the mapped range stay; a keyed
+    record stays unless its key has a later offset (``superseded``), and a tombstone only while its
+    batch retains deletes. Returns ``keep``; per batch the records retained, the records, whether a
+    tombstone is kept, and where its rows start (``batch_count + 1`` entries); and the aborted,
+    unkeyed and tombstone records removed."""
+    rows = len(batch_index)
+    keep = np.empty(rows, dtype=np.bool_)
+    retained = np.zeros(batch_count, dtype=np.int64)
+    counts = np.zeros(batch_count, dtype=np.int64)
+    tombstone_kept = np.zeros(batch_count, dtype=np.bool_)
+    aborted = unkeyed = tombstones = 0
+    for r in range(rows):
+        b = batch_index[r]
+        keyed = key_len[r] >= 0
+        by_key = keyed and not superseded[r] and (value_len[r] >= 0 or retain_deletes[b])
+        kept = not discard[b] and (control[b] or offsets[r] > latest_offset or by_key)
+        keep[r] = kept
+        counts[b] += 1
+        if kept:
+            retained[b] += 1
+            if keyed and value_len[r] < 0:
+                tombstone_kept[b] = True
+        elif not control[b]:
+            if discard[b]:
+                aborted += 1
+            elif not keyed:
+                unkeyed += 1
+            elif not superseded[r]:
+                tombstones += 1
+    row_start = np.zeros(batch_count + 1, dtype=np.int64)  # rows come grouped by batch, in order
+    for b in range(batch_count):
+        row_start[b + 1] = row_start[b] + counts[b]
+    return keep, retained, counts, tombstone_kept, row_start, aborted, unkeyed, tombstones
 
 
 @numba.njit(cache=True, nogil=True)
@@ -158,11 +198,11 @@ def assemble_uncompressed(data: U8, position: I64, size: I64, action: I64, row_s
             continue
         pos = position[b]
         if kind == COPY:
-            out[q:q + size[b]] = data[pos:pos + size[b]]
+            copy_bytes(out, q, data, pos, size[b])
             q += size[b]
             continue
         needs_crc[b] = True
-        out[q:q + 61] = data[pos:pos + 61]
+        copy_bytes(out, q, data, pos, 61)
         attributes = np.int64(data[pos + 22])
         if kind == EMPTY:
             # writeEmptyHeader: no records, codec none, no horizon, base timestamp -1
@@ -197,7 +237,7 @@ def assemble_uncompressed(data: U8, position: I64, size: I64, action: I64, row_s
             w = _write_varlong(out, w, body)
             out[w] = 0
             w = _write_varlong(out, w + 1, delta)
-            out[w:w + tail] = rec_data[rest:rest + tail]
+            copy_bytes(out, w, rec_data, rest, tail)
             w += tail
         if new_horizon[b] >= 0:
             attributes |= _DELETE_HORIZON

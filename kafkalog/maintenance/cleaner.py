@@ -44,6 +44,7 @@ from kafkalog.format.rewrite import (
     REBUILD,
     after_timestamp_delta,
     assemble_uncompressed,
+    decide_records,
     rebuild_records,
     records_equal,
 )
@@ -537,23 +538,17 @@ def _clean_window(segment: LogSegment, data: Buffer, batches: BatchColumns, reco
     inserted = ~(is_control | discard_records)[b_of[mapped]]
     superseded[mapped] = key_map.superseded(records, mapped, inserted)
     retain_deletes = np.where(batches.magic >= 2, ~has_horizon | (clock.now_ms < batches.base_timestamp), retain_legacy)
-    beyond = records.offset > key_map.latest_offset
-    by_key = has_key & ~superseded & ((records.value_len >= 0) | retain_deletes[b_of])
-    keep = ~discard_records[b_of] & (is_control[b_of] | beyond | by_key)
-    dropped_data = ~keep & ~discard_records[b_of] & ~is_control[b_of]
-    stats.aborted_records_removed += int((~keep & discard_records[b_of] & ~is_control[b_of]).sum())
-    stats.unkeyed_records_removed += int((dropped_data & ~has_key).sum())
-    stats.tombstones_removed += int((dropped_data & has_key & ~superseded).sum())
-    retained = np.bincount(b_of[keep], minlength=n) if len(records) else np.zeros(n, dtype=np.int64)
-    counts = np.bincount(b_of, minlength=n) if len(records) else np.zeros(n, dtype=np.int64)
-    tombstone_kept = np.bincount(b_of[keep & has_key & (records.value_len < 0)], minlength=n) > 0 \
-        if len(records) else np.zeros(n, dtype=bool)
+    keep, retained, counts, tombstone_kept, row_start, aborted, unkeyed, tombstones = decide_records(
+        records.batch_index, records.key_len, records.value_len, records.offset, superseded, key_map.latest_offset,
+        discard_records, is_control, retain_deletes, n)
+    stats.aborted_records_removed += aborted
+    stats.unkeyed_records_removed += unkeyed
+    stats.tombstones_removed += tombstones
     needs_horizon = (batches.magic >= 2) & (tombstone_kept | (can_discard & is_control)) & ~has_horizon
     action = np.where(retained > 0, np.where((retained == counts) & ~needs_horizon, COPY, REBUILD),
                       np.where(retain_empty & (batches.magic >= 2), EMPTY, DROP))
     if cover_end and n and (action == DROP).all() and int(batches.magic[-1]) >= 2:
         action[-1] = EMPTY
-    row_start = np.searchsorted(b_of, np.arange(n + 1)) if len(records) else np.zeros(n + 1, dtype=np.int64)
     out = _assemble(data, batches, records, keep, action, row_start, needs_horizon, clock, stats)
     out_batches = _verify(segment, out, records, keep, batches, action)
     stats.bytes_written += len(out)

@@ -53,6 +53,7 @@ from kafkalog.format.scan import (
     ColumnWorkspace,
     RecordColumns,
     as_array,
+    batch_crcs,
     find_corrupt_batch,
     scan_batches,
     scan_records,
@@ -584,10 +585,7 @@ def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColum
     view = memoryview(out)  # type: ignore[arg-type]  # ndarray is a buffer
     codecs = batches.attributes & fmt.COMPRESSION_MASK
     recompress = (action == REBUILD) & (codecs != 0)
-    for b in np.flatnonzero(needs_crc & ~recompress):
-        s = int(starts[b])
-        length = int.from_bytes(view[s + 8:s + 12], "big")
-        struct.pack_into(">I", view, s + fmt.CRC_OFFSET, crc32c(view[s + fmt.ATTRIBUTES_OFFSET:s + 12 + length]))
+    _fill_crcs(out, starts[np.flatnonzero(needs_crc & ~recompress)])
     if not recompress.any():
         return view[:end]
     # Second pass: batches before each recompressed one are moved as they are; the recompressed
@@ -611,6 +609,18 @@ def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColum
         cursor = s + 12 + length
     into[q:q + end - cursor] = view[cursor:end]
     return into[:q + end - cursor]
+
+
+def _fill_crcs(out: npt.NDArray[np.uint8], starts: I64) -> None:
+    """Write the CRC of each v2 batch starting at ``starts`` in ``out`` (its length field is set)."""
+    if not len(starts):
+        return
+    length = np.zeros(len(starts), dtype=np.int64)
+    for i in range(4):  # the big-endian batch length at +8
+        length = (length << 8) | out[starts + 8 + i]
+    crcs = batch_crcs(out, starts, starts + fmt.LOG_OVERHEAD + length)
+    for i in range(4):  # big-endian at +17
+        out[starts + fmt.CRC_OFFSET + i] = (crcs >> (8 * (3 - i))) & 0xFF
 
 
 def _assemble_per_batch(data: Buffer, batches: BatchColumns, records: RecordColumns, keep: npt.NDArray[np.bool_],

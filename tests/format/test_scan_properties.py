@@ -362,3 +362,25 @@ def test_short_v2_entry_fails_like_the_per_record_path() -> None:
         parse_header(entry)
     with pytest.raises(CorruptRecordError, match="61-byte header"):
         scan_records(entry, scan_batches(entry))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(min_size=0, max_size=3000), cuts=st.lists(st.integers(0, 3000), max_size=12))
+def test_batch_crcs_equal_the_c_library_on_every_span(data: bytes, cuts: list[int]) -> None:
+    """The compiled CRC (the CPU's crc32 instruction, where there is one) and the C library's agree
+    on spans of every length and alignment, including empty ones."""
+    from kafkalog.format import scan
+
+    points = sorted({0, len(data), *(min(c, len(data)) for c in cuts)})
+    # A "batch" at position p is checksummed from p + 21 (its attributes): prefix 21 bytes to data.
+    positions = np.array(points[:-1], dtype=np.int64)
+    ends = np.array(points[1:], dtype=np.int64) + 21
+    buf = np.frombuffer(b"\0" * 21 + data, dtype=np.uint8)
+    want = [crc32c.crc32c(data[s:e]) for s, e in zip(points[:-1], points[1:], strict=True)]
+    assert scan.batch_crcs(buf, positions, ends).tolist() == want
+    fallback = scan.HARDWARE_CRC32C
+    try:
+        scan.HARDWARE_CRC32C = False
+        assert scan.batch_crcs(buf, positions, ends).tolist() == want
+    finally:
+        scan.HARDWARE_CRC32C = fallback

@@ -130,6 +130,24 @@ def _stage(ring: Any, k: Any, table: Any, data: U8, key_pos: I64, key_len: I32, 
     ring[i, 3] = np.int64(w1)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pipeline(table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> Any:
+    """The ring with the first ``AHEAD`` rows staged."""
+    ring = np.empty((_RING, 4), dtype=np.int64)
+    for k in range(min(AHEAD, len(rows))):
+        _stage(ring, k, table, data, key_pos, key_len, rows)
+    return ring
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _next(ring: Any, k: Any, table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any, Any, Any]:
+    """Stage row ``k + AHEAD``, then (tag, home slot, w0, w1) of row ``k``."""
+    if k + AHEAD < len(rows):
+        _stage(ring, k + AHEAD, table, data, key_pos, key_len, rows)
+    i = k & (_RING - 1)
+    return ring[i, 0], ring[i, 1], ring[i, 2], ring[i, 3]
+
+
 @numba.njit(cache=True, nogil=True)
 def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, key_len: I32, offsets: I64,
               rows: I64, superseded: U64, base: int) -> tuple[int, int]:
@@ -142,14 +160,9 @@ def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, ke
     capacity = len(table)
     added = 0
     total = len(rows)
-    ring = np.empty((_RING, 4), dtype=np.int64)
-    for k in range(min(AHEAD, total)):
-        _stage(ring, k, table, data, key_pos, key_len, rows)
+    ring = _pipeline(table, data, key_pos, key_len, rows)
     for k in range(total):
-        if k + AHEAD < total:
-            _stage(ring, k + AHEAD, table, data, key_pos, key_len, rows)
-        i = k & (_RING - 1)
-        tag, s, w0, w1 = ring[i, 0], ring[i, 1], ring[i, 2], ring[i, 3]
+        tag, s, w0, w1 = _next(ring, k, table, data, key_pos, key_len, rows)
         r = rows[k]
         n = key_len[r]
         offset = offsets[r]
@@ -191,14 +204,9 @@ def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows:
     capacity = len(table)
     total = len(rows)
     out = np.full(total, -1, dtype=np.int64)
-    ring = np.empty((_RING, 4), dtype=np.int64)
-    for k in range(min(AHEAD, total)):
-        _stage(ring, k, table, data, key_pos, key_len, rows)
+    ring = _pipeline(table, data, key_pos, key_len, rows)
     for k in range(total):
-        if k + AHEAD < total:
-            _stage(ring, k + AHEAD, table, data, key_pos, key_len, rows)
-        i = k & (_RING - 1)
-        tag, s, w0, w1 = ring[i, 0], ring[i, 1], ring[i, 2], ring[i, 3]
+        tag, s, w0, w1 = _next(ring, k, table, data, key_pos, key_len, rows)
         while table[s, 0] != 0:
             if table[s, 0] == tag and table[s, 2] == w0:
                 r = rows[k]

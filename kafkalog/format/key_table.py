@@ -10,11 +10,12 @@ their first 8 bytes in ``w0`` and their arena position in ``w1`` and are compare
 (length-prefixed). The home slot is ``(hash_hi * capacity) >> 32``: any capacity works, so the table
 is sized to the keys rather than to a power of two.
 
-The table is larger than the caches, so every probe is a DRAM miss (~100 ns). The kernels hide
-that latency by software pipelining: row ``k + AHEAD`` is hashed and its home slot prefetched while
-row ``k`` is probed, so about ``AHEAD`` misses are in flight at once (measured on this machine's
-EPYC VM: 115 → 55 ns per row; sorting rows by home slot instead was slower than visiting them in
-log order).
+The table is larger than the caches, so a probe in log order misses the caches and, on a VM with
+nested paging, the TLB too (~300 ns a row measured on a Xeon VM). Rows are therefore hashed first,
+ordered by home slot a 256th of the table at a time (a counting sort on the tag's top bits), and then
+probed in that order with the slot ``AHEAD`` rows later prefetched: the probes sweep the table from
+start to end (~100 ns a row in all on the same VM, hashing and ordering included). The map's own
+pass hashes keys straight from the records sections (``hash_record_keys``), without record columns.
 
 ``superseded`` (a bitmap over the offsets ``[base, base + 64 * len)``, or empty) records every
 offset whose key gets a later offset in the same table: after a whole range is inserted, a record of
@@ -38,14 +39,14 @@ U64 = npt.NDArray[np.uint64]
 
 INLINE_KEY_BYTES = 16
 SLOT_WORDS = 4
-AHEAD = 8  # rows in flight; 4 is measurably slower, 8-16 the same
-_RING = 16  # > AHEAD, a power of two
+AHEAD = 8  # rows in flight
+BUCKET_BITS = 8  # rows are probed a 256th of the table at a time: the tag's top 8 bits order them by home slot
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _word(data: U8, p: Any, n: Any) -> Any:
     """Up to 8 bytes at ``p``, little-endian, zero-padded: one 8-byte load where the buffer allows."""
     w = np.uint64(0)
@@ -61,14 +62,14 @@ def _word(data: U8, p: Any, n: Any) -> Any:
     return w
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _mix(h: Any) -> Any:
     h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return h ^ (h >> np.uint64(31))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _hash_key(data: U8, p: Any, n: Any) -> tuple[Any, Any, Any]:
     """(hash, w0, w1) of the key ``data[p:p + n]``: w0 its first 8 bytes, w1 the next 8 (keys up
     to 16 bytes; the caller replaces w1 by an arena position for longer keys)."""
@@ -80,17 +81,23 @@ def _hash_key(data: U8, p: Any, n: Any) -> tuple[Any, Any, Any]:
     return _mix(h) | np.uint64(1), w0, w1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _tag(h: Any, n: Any) -> Any:
     return np.int64((h & np.uint64(~0xFF & 0xFFFFFFFFFFFFFFFF)) | np.uint64(min(n, 255)) | np.uint64(1 << 8))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _home(tag: Any, capacity: Any) -> Any:
     return np.int64(((np.uint64(tag) >> np.uint64(32)) * np.uint64(capacity)) >> np.uint64(32))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
+def _bucket(tag: Any) -> Any:
+    """The tag's top bits: buckets of rows in the order of their home slots (``_home`` is monotonic in them)."""
+    return np.int64(np.uint64(tag) >> np.uint64(64 - BUCKET_BITS))
+
+
+@numba.njit(cache=True, nogil=True)
 def _slot_matches(table: Any, s: Any, tag: Any, n: Any, w0: Any, w1: Any, data: U8, p: Any, arena: U8) -> bool:
     if table[s, 0] != tag or table[s, 2] != w0:
         return False
@@ -107,72 +114,135 @@ def _slot_matches(table: Any, s: Any, tag: Any, n: Any, w0: Any, w1: Any, data: 
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _mark(superseded: U64, base: Any, offset: Any) -> None:
     d = offset - base
     if 0 <= d < 64 * len(superseded):
         superseded[d >> 6] |= np.uint64(1) << np.uint64(d & 63)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _stage(ring: Any, k: Any, table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> None:
-    """Hash row ``k`` into the ring and prefetch its home slot."""
-    r = rows[k]
-    n = key_len[r]
-    h, w0, w1 = _hash_key(data, key_pos[r], n)
-    tag = _tag(h, n)
-    home = _home(tag, len(table))
-    prefetch_row(table, home)  # type: ignore[call-arg]  # typingctx is numba's
-    i = k & (_RING - 1)
-    ring[i, 0] = tag
-    ring[i, 1] = home
-    ring[i, 2] = np.int64(w0)
-    ring[i, 3] = np.int64(w1)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _pipeline(table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> Any:
-    """The ring with the first ``AHEAD`` rows staged."""
-    ring = np.empty((_RING, 4), dtype=np.int64)
-    for k in range(min(AHEAD, len(rows))):
-        _stage(ring, k, table, data, key_pos, key_len, rows)
-    return ring
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _next(ring: Any, k: Any, table: Any, data: U8, key_pos: I64, key_len: I32, rows: I64) -> tuple[Any, Any, Any, Any]:
-    """Stage row ``k + AHEAD``, then (tag, home slot, w0, w1) of row ``k``."""
-    if k + AHEAD < len(rows):
-        _stage(ring, k + AHEAD, table, data, key_pos, key_len, rows)
-    i = k & (_RING - 1)
-    return ring[i, 0], ring[i, 1], ring[i, 2], ring[i, 3]
+# A hashed row, one per record to insert or look up: (tag, w0, w1, offset, key position, key length).
+HASHED_WORDS = 6
 
 
 @numba.njit(cache=True, nogil=True)
-def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, key_len: I32, offsets: I64,
-              rows: I64, superseded: U64, base: int) -> tuple[int, int]:
-    """Insert or update key → offset for each row (the larger offset wins; the smaller one is marked
-    in ``superseded``); returns (new keys, arena used).
+def _hashed_key(data: U8, p: Any, n: Any) -> tuple[Any, Any, Any]:
+    """(tag, w0, w1) of the key ``data[p:p + n]``; the callers store them (a helper that took the
+    output array too would pay two reference-count updates per row)."""
+    h, w0, w1 = _hash_key(data, p, n)
+    return _tag(h, n), np.int64(w0), np.int64(w1)
 
-    The caller guarantees room: a load factor below 0.8 after the inserts and arena space (4 + length)
-    for every key longer than 16 bytes.
+
+@numba.njit(cache=True, nogil=True)
+def hash_rows(data: U8, key_pos: I64, key_len: I32, offsets: I64, rows: I64, hashed: I64) -> None:
+    """Hash the key of each of ``rows`` (columns of :mod:`kafkalog.format.scan`) into ``hashed``."""
+    for k in range(len(rows)):
+        r = rows[k]
+        p, n = key_pos[r], key_len[r]
+        hashed[k, 0], hashed[k, 1], hashed[k, 2] = _hashed_key(data, p, n)
+        hashed[k, 3] = offsets[r]
+        hashed[k, 4] = p
+        hashed[k, 5] = n
+
+
+@numba.njit(cache=True, nogil=True)
+def _uvarint(data: U8, p: Any, end: Any) -> tuple[Any, Any]:
+    """(zig-zag decoded value, next position) of the varint at ``p``; position -1 when it runs past
+    ``end`` or over 10 bytes."""
+    u = np.uint64(0)
+    shift = np.uint64(0)
+    while p < end and shift < np.uint64(70):
+        b = data[p]
+        p += 1
+        u |= np.uint64(b & 0x7F) << shift
+        if b < 0x80:
+            return np.int64(u >> np.uint64(1)) ^ -np.int64(u & np.uint64(1)), p
+        shift += np.uint64(7)
+    return 0, -1
+
+
+@numba.njit(cache=True, nogil=True)
+def hash_record_keys(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_offset: I64,
+                     skip: npt.NDArray[np.bool_], first: int, end: int, hashed: I64) -> tuple[int, int]:
+    """Hash the key of every keyed record in ``[first, end)`` of the v2 records sections not skipped,
+    straight from the bytes (no record columns): (rows written, -1), or (rows, batch) for the first
+    batch whose records do not parse, which the caller decodes with :func:`scan.scan_records` for its
+    error. Only the framing of each record is read: its length, offset delta and key."""
+    i = 0
+    for b in range(len(sec_start)):
+        if skip[b]:
+            continue
+        p = sec_start[b]
+        stop = sec_end[b]
+        for _ in range(counts[b]):
+            body_len, q = _uvarint(data, p, stop)
+            if q < 0 or body_len < 0 or q + body_len > stop:
+                return i, b
+            next_record = q + body_len
+            _ts, q = _uvarint(data, q + 1, next_record)  # after the attributes byte
+            if q < 0:
+                return i, b
+            delta, q = _uvarint(data, q, next_record)
+            if q < 0:
+                return i, b
+            n, q = _uvarint(data, q, next_record)
+            if q < 0 or q + max(n, 0) > next_record:
+                return i, b
+            offset = base_offset[b] + delta
+            if n >= 0 and first <= offset < end:
+                hashed[i, 0], hashed[i, 1], hashed[i, 2] = _hashed_key(data, q, n)
+                hashed[i, 3] = offset
+                hashed[i, 4] = q
+                hashed[i, 5] = n
+                i += 1
+            p = next_record
+    return i, -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _order_by_bucket(hashed: I64, staged: I64) -> None:
+    """``hashed`` rows into ``staged`` in the order of their home slots, a bucket (the tag's top
+    ``BUCKET_BITS``) at a time, stable within one (a counting sort), each with its index appended.
+    Probing in that order walks the table from start to end: each bucket's slots stay in the caches
+    and the TLB, where probes in log order would each miss both."""
+    starts = np.zeros((1 << BUCKET_BITS) + 1, dtype=np.int64)
+    for k in range(len(hashed)):
+        starts[_bucket(hashed[k, 0]) + 1] += 1
+    for b in range(1, len(starts)):
+        starts[b] += starts[b - 1]
+    for k in range(len(hashed)):
+        b = _bucket(hashed[k, 0])
+        i = starts[b]
+        starts[b] = i + 1
+        for w in range(HASHED_WORDS):
+            staged[i, w] = hashed[k, w]
+        staged[i, HASHED_WORDS] = k
+
+
+@numba.njit(cache=True, nogil=True)
+def table_put(table: Any, arena: U8, arena_used: int, data: U8, hashed: I64, superseded: U64, base: int,
+              staged: I64) -> tuple[int, int]:
+    """Insert or update key → offset for each hashed row (the larger offset wins; the smaller one is
+    marked in ``superseded``); returns (new keys, arena used).
+
+    The caller guarantees room: a load factor below 0.8 after the inserts, arena space (4 + length)
+    for every key longer than 16 bytes, and ``staged`` of ``len(hashed)`` rows of ``HASHED_WORDS + 1``.
     """
     capacity = len(table)
     added = 0
-    total = len(rows)
-    ring = _pipeline(table, data, key_pos, key_len, rows)
-    for k in range(total):
-        tag, s, w0, w1 = _next(ring, k, table, data, key_pos, key_len, rows)
-        r = rows[k]
-        n = key_len[r]
-        offset = offsets[r]
+    total = len(hashed)
+    _order_by_bucket(hashed, staged)
+    for i in range(total):
+        if i + AHEAD < total:
+            prefetch_row(table, _home(staged[i + AHEAD, 0], capacity))  # type: ignore[call-arg]
+        tag, w0, w1, offset, p, n = staged[i, 0], staged[i, 1], staged[i, 2], staged[i, 3], staged[i, 4], staged[i, 5]
+        s = _home(tag, capacity)
         while True:
             if table[s, 0] == 0:
                 table[s, 0] = tag
                 table[s, 1] = offset
                 table[s, 2] = w0
                 if n > INLINE_KEY_BYTES:
-                    p = key_pos[r]
                     table[s, 3] = arena_used
                     arena[arena_used] = (n >> 24) & 0xFF
                     arena[arena_used + 1] = (n >> 16) & 0xFF
@@ -185,7 +255,7 @@ def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, ke
                     table[s, 3] = w1
                 added += 1
                 break
-            if _slot_matches(table, s, tag, n, w0, w1, data, key_pos[r], arena):
+            if _slot_matches(table, s, tag, n, w0, w1, data, p, arena):
                 if offset > table[s, 1]:
                     _mark(superseded, base, table[s, 1])
                     table[s, 1] = offset
@@ -199,20 +269,22 @@ def table_put(table: Any, arena: U8, arena_used: int, data: U8, key_pos: I64, ke
 
 
 @numba.njit(cache=True, nogil=True)
-def table_get(table: Any, arena: U8, data: U8, key_pos: I64, key_len: I32, rows: I64) -> I64:
-    """The offset stored for each row's key, -1 when the key is absent."""
+def table_get(table: Any, arena: U8, data: U8, hashed: I64, staged: I64) -> I64:
+    """The offset stored for each hashed row's key, -1 when the key is absent (``staged`` as for
+    ``table_put``)."""
     capacity = len(table)
-    total = len(rows)
+    total = len(hashed)
     out = np.full(total, -1, dtype=np.int64)
-    ring = _pipeline(table, data, key_pos, key_len, rows)
-    for k in range(total):
-        tag, s, w0, w1 = _next(ring, k, table, data, key_pos, key_len, rows)
+    _order_by_bucket(hashed, staged)
+    for i in range(total):
+        if i + AHEAD < total:
+            prefetch_row(table, _home(staged[i + AHEAD, 0], capacity))  # type: ignore[call-arg]
+        tag, w0, w1 = staged[i, 0], staged[i, 1], staged[i, 2]
+        s = _home(tag, capacity)
         while table[s, 0] != 0:
-            if table[s, 0] == tag and table[s, 2] == w0:
-                r = rows[k]
-                if _slot_matches(table, s, tag, key_len[r], w0, w1, data, key_pos[r], arena):
-                    out[k] = table[s, 1]
-                    break
+            if _slot_matches(table, s, tag, staged[i, 5], w0, w1, data, staged[i, 4], arena):
+                out[staged[i, HASHED_WORDS]] = table[s, 1]
+                break
             s += 1
             if s == capacity:
                 s = 0

@@ -442,13 +442,24 @@ class ColumnWorkspace:
         return self.out, self.out32
 
 
-def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
-                 where: str = "", workspace: ColumnWorkspace | None = None) -> RecordColumns:
-    """Decode every record of every entry in ``batches`` with Kafka's read-time validation."""
+@dataclass(frozen=True)
+class RecordSections:
+    """The records sections of v2 batches, validated up to the records themselves: section ``i`` of
+    batch ``i`` is ``data[sec_start[i]:sec_end[i]]`` and holds ``counts[i]`` records. ``data`` is the
+    buffer itself when no batch is compressed, otherwise an arena of the decompressed sections."""
+
+    data: U8
+    sec_start: I64
+    sec_end: I64
+    counts: I64
+    decompressed: bool
+
+
+def record_sections(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
+                    where: str = "") -> RecordSections:
+    """The records sections of ``batches`` (all magic 2), decompressed, with Kafka's checks of the
+    batch header fields that frame them."""
     arr = as_array(buf)
-    magic = batches.magic
-    if len(batches) and int(magic.min()) < 2:
-        return _legacy_records(arr, batches, where)
     short = (batches.magic >= 2) & (batches.size < RECORD_BATCH_OVERHEAD)
     if short.any():
         i = int(np.argmax(short))
@@ -474,6 +485,17 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
             f"incorrect declared batch size, {int(counts[i])} records cannot fit in "
             f"{int(sec_end[i] - sec_start[i])} bytes"
         )
+    return RecordSections(as_array(data), sec_start, sec_end, counts, data is not arr)
+
+
+def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns,
+                 where: str = "", workspace: ColumnWorkspace | None = None) -> RecordColumns:
+    """Decode every record of every entry in ``batches`` with Kafka's read-time validation."""
+    arr = as_array(buf)
+    if len(batches) and int(batches.magic.min()) < 2:
+        return _legacy_records(arr, batches, where)
+    sections = record_sections(arr, batches, where)
+    data, sec_start, sec_end, counts = sections.data, sections.sec_start, sections.sec_end, sections.counts
     total = int(counts.sum())
     if workspace is None:
         out = np.empty((6, total), dtype=np.int64)
@@ -481,13 +503,13 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
     else:
         out, out32 = workspace.reserve(total)
     log_append = (batches.attributes & TIMESTAMP_TYPE_MASK) != 0
-    err, b, p = _scan_records(as_array(data), sec_start, sec_end, counts, batches.base_offset,
+    err, b, p = _scan_records(data, sec_start, sec_end, counts, batches.base_offset,
                               batches.base_timestamp, log_append, batches.max_timestamp, out, out32)
     if err != _OK:
         raise InvalidRecordError(
             f"{where}batch at byte {int(batches.position[b])} (offset {int(batches.base_offset[b])}): "
             f"{_ERROR_TEXT.get(err, 'invalid record')} (at byte {p} of the records section)"
-            if data is not arr else
+            if sections.decompressed else
             f"{where}batch at byte {int(batches.position[b])} (offset {int(batches.base_offset[b])}): "
             f"{_ERROR_TEXT.get(err, 'invalid record')} at byte {p}"
         )

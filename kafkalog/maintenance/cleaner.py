@@ -55,6 +55,7 @@ from kafkalog.format.scan import (
     as_array,
     batch_crcs,
     find_corrupt_batch,
+    record_sections,
     scan_batches,
     scan_records,
 )
@@ -279,6 +280,8 @@ def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, i
     out: dict[int, int | None] = {}
     for control in np.flatnonzero(batches.attributes & fmt.CONTROL_MASK):
         out[int(control)] = None
+    if not out:
+        return out
     first_rows = np.flatnonzero(np.r_[True, records.batch_index[1:] != records.batch_index[:-1]]) \
         if len(records) else np.empty(0, dtype=np.int64)
     for row in first_rows:
@@ -317,10 +320,20 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
         stats.dirty_bytes += len(data)
         for lo, hi in segment_batches.windows(WINDOW_BYTES):
             batches = segment_batches.window(lo, hi)
-            records = scan_records(data, batches, where=f"{segment.log_path}: ", workspace=workspace)
+            where = f"{segment.log_path}: "
+            has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
+            if not has_txn and int(batches.magic.min(initial=2)) >= 2:
+                # The common case, keys hashed straight from the bytes; the rewrite pass decodes and
+                # validates every record of these batches before anything is swapped.
+                bad = key_map.add_sections(record_sections(data, batches, where), batches.base_offset,
+                                           np.zeros(len(batches), dtype=bool), start, end)
+                if bad >= 0:
+                    scan_records(data, batches.window(bad, bad + 1), where=where)  # raises the record's error
+                    raise CleanerError(f"{where}batch at byte {int(batches.position[bad])} does not parse")
+                continue
+            records = scan_records(data, batches, where=where, workspace=workspace)
             controls = _control_types(batches, records)
             skip = np.zeros(len(batches), dtype=bool)
-            has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
             for b in range(len(batches)) if has_txn else ():
                 if b in controls:
                     tracker.on_control_batch_read(int(batches.producer_id[b]), int(batches.last_offset[b]),
@@ -330,8 +343,6 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
                     skip[b] = tracker.on_batch_read(int(batches.producer_id[b]),
                                                     bool(batches.attributes[b] & fmt.TRANSACTIONAL_MASK),
                                                     int(batches.last_offset[b]))
-            if not has_txn:
-                skip = (batches.attributes & fmt.CONTROL_MASK) != 0
             rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
                                   & ~skip[records.batch_index])
             key_map.add(records, rows)

@@ -20,8 +20,18 @@ import numpy as np
 import numpy.typing as npt
 
 from kafkalog.errors import CleanerError
-from kafkalog.format.key_table import INLINE_KEY_BYTES, SLOT_WORDS, bits_set, table_get, table_put, table_rehash
-from kafkalog.format.scan import RecordColumns
+from kafkalog.format.key_table import (
+    HASHED_WORDS,
+    INLINE_KEY_BYTES,
+    SLOT_WORDS,
+    bits_set,
+    hash_record_keys,
+    hash_rows,
+    table_get,
+    table_put,
+    table_rehash,
+)
+from kafkalog.format.scan import RecordColumns, RecordSections
 
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -49,6 +59,16 @@ class KeyMap:
         self._tracked_base = first
         self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
         self._inserted = (-1, -1)  # the first and last offset inserted (rows come in offset order)
+        self._scratch: tuple[I64, I64] | None = None
+
+    def _staging(self, rows: int) -> tuple[I64, I64]:
+        """Scratch for ``rows`` hashed rows and their ordered copies: kept and reused, as fresh
+        memory is slow on a VM that returns freed pages to its host."""
+        if self._scratch is None or len(self._scratch[0]) < rows:
+            self._scratch = (np.empty((rows, HASHED_WORDS), dtype=np.int64),
+                             np.empty((rows, HASHED_WORDS + 1), dtype=np.int64))
+        hashed, staged = self._scratch
+        return hashed[:rows], staged[:rows]
 
     def _reserve(self, keys: int, key_bytes: int) -> None:
         if self._size + keys > len(self._table) * MAX_LOAD:
@@ -67,22 +87,34 @@ class KeyMap:
         """Record the keys of ``rows`` (keyed records; the largest offset per key wins, the others
         are marked superseded)."""
         rows = rows.astype(np.int64, copy=False)
-        if not len(rows):
-            return
-        offsets = columns.offset[rows]
-        first, last = int(offsets.min()), int(offsets.max())
-        self._inserted = (first if self._inserted[0] < 0 else min(first, self._inserted[0]),
-                          max(last, self._inserted[1]))
-        # In chunks: the table is sized for "every row is a new key", so a smaller chunk over-sizes less.
         for start in range(0, len(rows), CHUNK_ROWS):
             chunk = rows[start:start + CHUNK_ROWS]
-            lengths = columns.key_len[chunk]
-            self._reserve(len(chunk), int((lengths[lengths > INLINE_KEY_BYTES] + 4).sum()))
-            added, self._arena_used = table_put(self._table, self._arena, self._arena_used, columns.data,
-                                                columns.key_pos, columns.key_len, columns.offset, chunk,
-                                                self._superseded, self._tracked_base)
-            self._size += added
-            self.records += len(chunk)
+            hashed, staged = self._staging(len(chunk))
+            hash_rows(columns.data, columns.key_pos, columns.key_len, columns.offset, chunk, hashed)
+            self._put(columns.data, hashed, staged)
+
+    def add_sections(self, sections: RecordSections, base_offset: I64, skip: Bools, first: int, end: int) -> int:
+        """Record the keys of every keyed record in ``[first, end)`` of the records sections whose
+        batch is not skipped, read straight from the bytes; returns -1, or the index of the first
+        batch whose records do not parse (nothing of it or after it was added)."""
+        hashed, staged = self._staging(int(sections.counts[~skip].sum()))
+        rows, bad = hash_record_keys(sections.data, sections.sec_start, sections.sec_end, sections.counts,
+                                     base_offset, skip, first, end, hashed)
+        self._put(sections.data, hashed[:rows], staged[:rows])
+        return int(bad)
+
+    def _put(self, data: npt.NDArray[np.uint8], hashed: I64, staged: I64) -> None:
+        if not len(hashed):
+            return
+        first, last = int(hashed[:, 3].min()), int(hashed[:, 3].max())
+        self._inserted = (first if self._inserted[0] < 0 else min(first, self._inserted[0]),
+                          max(last, self._inserted[1]))
+        lengths = hashed[:, 5]
+        self._reserve(len(hashed), int((lengths[lengths > INLINE_KEY_BYTES] + 4).sum()))
+        added, self._arena_used = table_put(self._table, self._arena, self._arena_used, data, hashed,
+                                            self._superseded, self._tracked_base, staged)
+        self._size += added
+        self.records += len(hashed)
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
@@ -94,8 +126,14 @@ class KeyMap:
         """The latest offset of each row's key, -1 when the key is not in the map."""
         if not len(rows) or not self._size:
             return np.full(len(rows), -1, dtype=np.int64)
-        return table_get(self._table, self._arena, columns.data, columns.key_pos, columns.key_len,
-                         rows.astype(np.int64, copy=False))
+        rows = rows.astype(np.int64, copy=False)
+        out = np.empty(len(rows), dtype=np.int64)
+        for start in range(0, len(rows), CHUNK_ROWS):
+            chunk = rows[start:start + CHUNK_ROWS]
+            hashed, staged = self._staging(len(chunk))
+            hash_rows(columns.data, columns.key_pos, columns.key_len, columns.offset, chunk, hashed)
+            out[start:start + len(chunk)] = table_get(self._table, self._arena, columns.data, hashed, staged)
+        return out
 
     def tracks(self, offsets: I64) -> Bools:
         """Which offsets lie in the range this map inserted and tracks supersession for."""
@@ -153,6 +191,7 @@ class KeyMap:
         key_map.latest_offset, key_map.records = int(meta["latest_offset"]), int(meta["records"])
         key_map._superseded, key_map._tracked_base = superseded, tracked_base
         key_map._inserted = (int(first), int(last))
+        key_map._scratch = None
         return key_map
 
 

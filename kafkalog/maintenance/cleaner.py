@@ -26,8 +26,10 @@ import struct
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -79,24 +81,69 @@ Buffer = bytes | memoryview
 class _Scratch(threading.local):
     """Memory reused by every window this thread cleans: writing fresh pages costs more than the
     work done in them on a VM that returns freed memory to its host, so the columns of the source
-    and of the cleaned output, and the output itself, live in buffers that only ever grow."""
+    and of the cleaned output, and the output itself, live in buffers that only ever grow.
+
+    The output buffers come in two sets, used in turns (``flip``): a window's output is written to
+    its file in the background while the next window is cleaned into the other set."""
 
     def __init__(self) -> None:
         self.source = ColumnWorkspace()
         self.output = ColumnWorkspace()
-        self._bytes = np.empty(0, dtype=np.uint8)
-        self._final = np.empty(0, dtype=np.uint8)
+        self._bytes = [np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)]
+        self._final = [np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)]
+        self._turn = 0
+
+    def flip(self) -> None:
+        self._turn ^= 1
 
     def out_bytes(self, size: int) -> npt.NDArray[np.uint8]:
-        if len(self._bytes) < size:
-            self._bytes = np.empty(max(size, len(self._bytes) * 5 // 4), dtype=np.uint8)
-        return self._bytes
+        return self._grown(self._bytes, size)
 
     def final_bytes(self, size: int) -> npt.NDArray[np.uint8]:
         """A second output buffer: the window's batches after recompression."""
-        if len(self._final) < size:
-            self._final = np.empty(max(size, len(self._final) * 5 // 4), dtype=np.uint8)
-        return self._final
+        return self._grown(self._final, size)
+
+    def _grown(self, buffers: list[npt.NDArray[np.uint8]], size: int) -> npt.NDArray[np.uint8]:
+        if len(buffers[self._turn]) < size:
+            buffers[self._turn] = np.empty(max(size, len(buffers[self._turn]) * 5 // 4), dtype=np.uint8)
+        return buffers[self._turn]
+
+
+class _BackgroundWriter:
+    """Writes a cleaned segment's windows in a second thread, one at a time, while the cleaner makes
+    the next one (the copy into the page cache and the fsync release the GIL). A window's bytes live
+    in scratch memory: ``write`` returns once the previous window is written and hands the cleaner
+    the other set of buffers (``_Scratch.flip``)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-cleaner-writer")
+        self._pending: Future[int] | None = None
+
+    def write(self, part: Buffer) -> None:
+        self.wait()
+        self._pending = self._pool.submit(self._file.write, part)
+        _scratch.flip()
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def sync(self) -> None:
+        self.wait()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def __enter__(self) -> _BackgroundWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._pending is not None:
+                self._pending.exception()  # a failed write's error is raised by wait(), not here
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 _scratch = _Scratch()
@@ -431,7 +478,7 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Key
         last_offsets: list[I64] = []
         max_timestamps: list[I64] = []
         size = 0
-        with open(cleaned.log_path, "wb") as f:
+        with open(cleaned.log_path, "wb") as f, _BackgroundWriter(f) as writer:
             for segment in group:
                 i = bases.index(segment.base_offset)
                 upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
@@ -446,13 +493,12 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Key
                 for part, part_batches in _clean_segment(
                         segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
                         retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified):
-                    f.write(part)  # now: the part lives in memory reused for the next window
+                    writer.write(part)
                     positions.append(part_batches.position + size)
                     last_offsets.append(part_batches.last_offset)
                     max_timestamps.append(part_batches.max_timestamp)
                     size += len(part)
-            f.flush()
-            os.fsync(f.fileno())
+            writer.sync()
         # The output was verified batch by batch (CRCs, offsets, records): index it from those batches
         # rather than read it back, as recovery would index it.
         cleaned.rebuild_indexes(np.concatenate(positions), np.concatenate(last_offsets),

@@ -243,6 +243,8 @@ def _lz4_hc(descriptor: bytes) -> int:
 
 _LZ4_HEADER = _LZ4_MAGIC + bytes((_LZ4_FLG, _LZ4_BD, _lz4_hc(bytes((_LZ4_FLG, _LZ4_BD)))))
 _LZ4_HEADER_V0 = _LZ4_HEADER[:6] + bytes((_lz4_hc(_LZ4_HEADER[:6]),))  # "broken" HC over magic too
+LZ4_FRAME_HEADER = _LZ4_HEADER  # what compress_into starts a magic-2 lz4 frame with
+LZ4_BLOCK_BYTES = _LZ4_BLOCK  # and the largest block it writes
 
 
 def lz4_plain_header_checksums() -> tuple[int, ...]:

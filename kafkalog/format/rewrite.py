@@ -19,6 +19,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from kafkalog.format import lz4_native
 from kafkalog.format.intrinsics import copy_bytes, load_u64
 
 U8 = npt.NDArray[np.uint8]
@@ -249,3 +250,54 @@ def assemble_uncompressed(data: U8, position: I64, size: I64, action: I64, row_s
         _put_be(out, q + 57, count, 4)
         q = w
     return q, starts, needs_crc
+
+
+@numba.njit(cache=True, nogil=True)
+def recompress_lz4(out: U8, end: int, starts: I64, header: U8, block_bytes: int, final: U8) -> tuple[int, I64]:
+    """``out[:end]`` into ``final`` with the records section of each batch starting at ``starts``
+    (ascending; its length field set) compressed in Kafka's lz4 frame: ``header``, then blocks of at
+    most ``block_bytes`` as ``uint32 LE size | data`` (the data stored raw, size bit 31 set, when liblz4
+    does not make it smaller), then a zero end mark. Returns the bytes written and the batches' new
+    starts; their length fields are set, their CRCs are not. ``final`` has room for every section's
+    ``compression.compress_bound``."""
+    out_address = out.ctypes.data
+    final_address = final.ctypes.data
+    new_starts = np.empty(len(starts), dtype=np.int64)
+    q = 0
+    cursor = 0
+    for j in range(len(starts)):
+        s = starts[j]
+        section_end = s + 12 + ((np.int64(out[s + 8]) << 24) | (np.int64(out[s + 9]) << 16)
+                                | (np.int64(out[s + 10]) << 8) | np.int64(out[s + 11]))
+        copy_bytes(final, q, out, cursor, s + 61 - cursor)  # what lies before, and the batch header
+        q += s + 61 - cursor
+        new_starts[j] = q - 61
+        copy_bytes(final, q, header, 0, len(header))
+        q += len(header)
+        p = s + 61
+        while p < section_end:
+            chunk = min(block_bytes, section_end - p)
+            written = lz4_native.compress_fast(out_address + p, final_address + q + 4, chunk,
+                                               len(final) - q - 4, 1)
+            if written <= 0 or written >= chunk:  # incompressible: stored raw
+                _put_le32(final, q, chunk | 0x80000000)
+                copy_bytes(final, q + 4, out, p, chunk)
+                q += 4 + chunk
+            else:
+                _put_le32(final, q, written)
+                q += 4 + written
+            p += chunk
+        _put_le32(final, q, 0)
+        q += 4
+        _put_be(final, new_starts[j] + 8, q - new_starts[j] - 12, 4)
+        cursor = section_end
+    copy_bytes(final, q, out, cursor, end - cursor)
+    return q + end - cursor, new_starts
+
+
+@numba.njit(cache=True, nogil=True)
+def _put_le32(out: U8, p: int, value: Any) -> None:
+    v = np.int64(value)
+    for j in range(4):
+        out[p + j] = np.uint8(v & 0xFF)
+        v >>= 8

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from crc32c import crc32c as _crc32c_c  # what format.crc.crc32c calls; directly, in the per-batch loop
 
 from kafkalog.errors import CorruptRecordError, InvalidRecordError
-from kafkalog.format import compression, legacy
+from kafkalog.format import compression, legacy, lz4_native
 from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.crc import crc32, crc32c
@@ -584,6 +584,36 @@ def _list_pieces(src: U8, sec_start: I64, sec_end: I64, codec: I64, hc: I64, pie
     return n
 
 
+@numba.njit(cache=True, nogil=True)
+def _fill_arena(src: U8, pieces: I64, i: int, count: int, arena: U8, cursor: int, starts: I64, ends: I64,
+                current: int) -> tuple[int, int, int]:
+    """Write pieces ``i``, ``i + 1``, … of ``_list_pieces`` into the arena at ``cursor`` (stored bytes
+    copied, lz4 blocks through liblz4), keeping each batch's ``starts``/``ends``. Stops at the first
+    piece it leaves to Python: a whole section, one that does not fit, or a block liblz4 refuses (its
+    batch's start is set); returns (that piece, or ``count``; cursor; current batch)."""
+    src_address = src.ctypes.data
+    arena_address = arena.ctypes.data
+    while i < count:
+        b, start, length, kind = pieces[0, i], pieces[1, i], pieces[2, i], pieces[3, i]
+        if b != current:
+            if current >= 0:
+                ends[current] = cursor
+            starts[b] = cursor
+            current = b
+        if kind == _WHOLE or cursor + (length if kind == _STORED else kind) > len(arena):
+            break
+        if kind == _STORED:
+            arena[cursor:cursor + length] = src[start:start + length]
+            cursor += length
+        else:
+            written = lz4_native.decompress_safe(src_address + start, arena_address + cursor, length, kind)
+            if written < 0:
+                break
+            cursor += written
+        i += 1
+    return i, cursor, current
+
+
 def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
                          where: str) -> tuple[U8, I64, I64]:
     """Build an arena of every batch's (decompressed) records section, one after the other.
@@ -610,6 +640,8 @@ def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
     out, src = memoryview(arena), memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
+    if lz4_native.AVAILABLE:
+        return _decompress_natively(arr, batches, codec, where, pieces, count, arena, starts, ends)
     decompress_block_into = cramjam.lz4.decompress_block_into
     cursor, src_done, current, skip = 0, 0, -1, -1
     parts: list[bytes | bytearray | memoryview] = []
@@ -646,6 +678,37 @@ def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
                 cursor = _put_parts(out, cursor, parts)
                 skip = b  # the rest of this batch's blocks are in already
     ends[current] = cursor
+    return as_array(arena[:cursor]), starts, ends
+
+
+def _decompress_natively(arr: U8, batches: BatchColumns, codec: I64, where: str, pieces: I64, count: int,
+                         arena: U8, starts: I64, ends: I64) -> tuple[U8, I64, I64]:
+    """``_decompress_sections``' loop with liblz4 called from compiled code; Python handles only
+    the pieces ``_fill_arena`` stops at, as the loop above does."""
+    src = memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
+    src_total = int(pieces[2, :count].sum())
+    i, cursor, current = 0, 0, -1
+    while True:
+        i, cursor, current = _fill_arena(arr, pieces, i, count, arena, cursor, starts, ends, current)
+        if i == count:
+            break
+        b, length, kind = int(pieces[0, i]), int(pieces[2, i]), int(pieces[3, i])
+        need = length if kind == _STORED else kind
+        if kind != _WHOLE and cursor + need > len(arena):
+            arena, _ = _grown(arena, cursor, need, int(pieces[2, :i].sum()), src_total)
+            continue
+        # A whole section; or a block liblz4 refused, whose batch compression decodes whole and
+        # raises its exact error (the same liblz4 call fails in its lz4 reader).
+        parts = _decompress_section(src, batches, b, codec, where)
+        cursor = int(starts[b])
+        need = sum(len(part) for part in parts)
+        if cursor + need > len(arena):
+            arena, _ = _grown(arena, cursor, need, int(pieces[2, :i].sum()), src_total)
+        cursor = _put_parts(memoryview(arena), cursor, parts)  # type: ignore[arg-type]
+        while i < count and pieces[0, i] == b:  # the rest of this batch is in already
+            i += 1
+    if current >= 0:
+        ends[current] = cursor
     return as_array(arena[:cursor]), starts, ends
 
 

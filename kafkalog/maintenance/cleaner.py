@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from kafkalog.errors import CleanerError, KafkaLogError
 from kafkalog.format import batch as fmt
-from kafkalog.format import compression
+from kafkalog.format import compression, lz4_native
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.crc import crc32c
 from kafkalog.format.rewrite import (
@@ -49,6 +49,7 @@ from kafkalog.format.rewrite import (
     decide_records,
     rebuild_records,
     records_equal,
+    recompress_lz4,
 )
 from kafkalog.format.scan import (
     BatchColumns,
@@ -147,6 +148,7 @@ class _BackgroundWriter:
 
 
 _scratch = _Scratch()
+_LZ4_FRAME_HEADER = np.frombuffer(compression.LZ4_FRAME_HEADER, dtype=np.uint8)
 # Segments are decoded this many bytes of batches at a time: a window's columns stay in the caches,
 # and memory no longer grows with the segment size.
 WINDOW_BYTES = 32 << 20
@@ -650,6 +652,11 @@ def _assemble_compiled(data: Buffer, batches: BatchColumns, records: RecordColum
     rebuilt = np.flatnonzero(recompress)
     # Their records sections add up to less than ``end``: room for each one's compress_bound.
     final = _scratch.final_bytes(compression.compress_bound(end) + 64 * len(rebuilt))
+    if lz4_native.AVAILABLE and bool((codecs[rebuilt] == CompressionType.LZ4.value).all()):
+        size, new_starts = recompress_lz4(out, end, starts[rebuilt], _LZ4_FRAME_HEADER,
+                                          compression.LZ4_BLOCK_BYTES, final)
+        _fill_crcs(final, new_starts)
+        return memoryview(final)[:size]  # type: ignore[arg-type]  # ndarray is a buffer
     into = memoryview(final)  # type: ignore[arg-type]  # ndarray is a buffer
     q = cursor = 0
     for batch in rebuilt.tolist():

@@ -189,42 +189,49 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _split_task(item: dict[str, Any], step: str) -> dict[str, Any]:
-    """One part of a split partition's round (``kafkalog.maintenance.split_clean``) in this executor:
-    the key map of a slice of its dirty segments, or a segment group. Failures come back as a dict."""
-    _set_numba_cache(item["numba_cache_dir"])
-    started = time.time()
-    out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "pid": os.getpid(),
-                           "task_started_at": started}
-    try:
-        from kafkalog.log.config import BrokerConfig
-        from kafkalog.log.store import LogStore
-        from kafkalog.maintenance import split_clean
+def _split_tasks(items: list[dict[str, Any]], step: str) -> list[dict[str, Any]]:
+    """Parts of one split partition's round (``kafkalog.maintenance.split_clean``) in this executor,
+    one after the other: the key map of a slice of its dirty segments, or segment groups (the
+    partition and its key map opened once for all of them). Failures come back as dicts, one an item."""
+    outs: list[dict[str, Any]] = []
+    writer: Any = None
+    for item in items:
+        _set_numba_cache(item["numba_cache_dir"])
+        started = time.time()
+        out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "pid": os.getpid(),
+                               "task_started_at": started}
+        try:
+            from kafkalog.log.config import BrokerConfig
+            from kafkalog.log.store import LogStore
+            from kafkalog.maintenance import split_clean
 
-        store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
-        job = split_clean.SplitRound(**item["round"])
-        if step == "map":
-            out.update(split_clean.build_map_part(store, job, item["part"], item["parts"], Path(item["prefix"])))
-        else:
-            out.update(split_clean.write_group(store, job, item["sources"], [Path(p) for p in item["prefixes"]]))
-        out["ok"] = True
-    except Exception as exc:  # noqa: BLE001 - reported with the partition, which is then left untouched
-        out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
-    out["task_finished_at"] = time.time()
-    return out
+            store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
+            job = split_clean.SplitRound(**item["round"])
+            if step == "map":
+                out.update(split_clean.build_map_part(store, job, item["part"], item["parts"], Path(item["prefix"])))
+            else:
+                if writer is None:  # every item of a task is a group of the same round
+                    writer = split_clean.GroupWriter(store, job, [Path(p) for p in item["prefixes"]])
+                out.update(writer.write(item["sources"]))
+            out["ok"] = True
+        except Exception as exc:  # noqa: BLE001 - reported with the partition, which is then left untouched
+            out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
+        out["task_finished_at"] = time.time()
+        outs.append(out)
+    return outs
 
 
 def map_part_task(item: dict[str, Any]) -> dict[str, Any]:
-    return _split_task(item, "map")
+    return _split_tasks([item], "map")[0]
 
 
 def group_task(item: dict[str, Any]) -> dict[str, Any]:
-    return _split_task(item, "group")
+    return _split_tasks([item], "group")[0]
 
 
 def group_tasks(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Several segment groups written one after the other in one Spark task."""
-    return [group_task(item) for item in items]
+    return _split_tasks(items, "group")
 
 
 # --- driver: checks and plan -----------------------------------------------------------------------------

@@ -41,7 +41,10 @@ def _split_round(store: LogStore, scratch: Path, parts: int, first_dirty: int, n
         assert len(groups) > 1
         prefixes = [scratch / f"map-{b}" for b in range(parts)]
         parts = [split_clean.build_map_part(store, job, b, parts, prefixes[b]) for b in range(parts)]
-        written = [split_clean.write_group(store, job, g, prefixes) for g in reversed(groups)]  # any order
+        # Any order; one writer for several groups (as a Spark task does) or one call per group.
+        writer = split_clean.GroupWriter(store, job, prefixes)
+        written = [writer.write(g) if i % 2 else split_clean.write_group(store, job, g, prefixes)
+                   for i, g in enumerate(reversed(groups))]
         split_clean.swap_and_finish(store, location, job, written, parts, run_id="split")
 
 

@@ -17,6 +17,10 @@ probed in that order with the slot ``AHEAD`` rows later prefetched: the probes s
 start to end (~100 ns a row in all on the same VM, hashing and ordering included). The map's own
 pass hashes keys straight from the records sections (``hash_record_keys``), without record columns.
 
+The helpers are plain compiled functions, which LLVM inlines: numba's own inlining
+(``inline="always"``) left reference-count calls on the array arguments inside the loops (hashing an
+11-byte key: 62 ns with it, 16 ns without).
+
 ``superseded`` (a bitmap over the offsets ``[base, base + 64 * len)``, or empty) records every
 offset whose key gets a later offset in the same table: after a whole range is inserted, a record of
 that range is its key's latest iff its bit is clear, with no second lookup.
@@ -127,8 +131,7 @@ HASHED_WORDS = 6
 
 @numba.njit(cache=True, nogil=True)
 def _hashed_key(data: U8, p: Any, n: Any) -> tuple[Any, Any, Any]:
-    """(tag, w0, w1) of the key ``data[p:p + n]``; the callers store them (a helper that took the
-    output array too would pay two reference-count updates per row)."""
+    """(tag, w0, w1) of the key ``data[p:p + n]``."""
     h, w0, w1 = _hash_key(data, p, n)
     return _tag(h, n), np.int64(w0), np.int64(w1)
 

@@ -255,15 +255,18 @@ def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[st
     for p in sorted(doc["partitions"], key=lambda p: p["task_started_at"]):
         executors[p["executor"]] = executors.get(p["executor"], 0) + 1
         first_task.setdefault(p["pid"], p)
-    # A Python worker's first task also imports kafkalog and loads the numba kernels from the cache.
-    warmup = [p["task_s"] - p["stats"]["map_seconds"] - p["stats"]["clean_seconds"] for p in first_task.values()]
+    # A Python worker's first task also imports kafkalog and loads the numba kernels from the cache. A
+    # split partition is no worker's task: its task_s is the driver's round (stages, swaps) and its map
+    # and clean seconds are the slowest part of each stage, so the difference is not a warm-up.
+    warmup = [p["task_s"] - p["stats"]["map_seconds"] - p["stats"]["clean_seconds"] for p in first_task.values()
+              if "split" not in p]
     return {"wall_s": wall, "clean_s": t["clean_job_s"], "session_start_s": t["session_start_s"],
             "executor_check_s": t["executor_check_s"], "first_task_started_s": t["first_task_started_s"],
             "first_task_finished_s": t["first_task_finished_s"], "plan_s": t["plan_s"],
             "jvm_start_to_driver_s": t.get("jvm_start_to_driver_s"), "job_total_s": t["total_s"],
             "bytes_read": doc["totals"]["bytes_read"], "bytes_written": doc["totals"]["bytes_written"],
             "max_task_s": max(p["task_s"] for p in doc["partitions"]), "tasks_per_executor": executors,
-            "worker_warmup_s": max(warmup), "python_workers": len(first_task),
+            "worker_warmup_s": max(warmup) if warmup else None, "python_workers": len(first_task),
             "listening": sorted(listening)}
 
 
@@ -482,7 +485,7 @@ def main() -> int:
                 extra = f", map+clean per partition {r['partition_s']}" if runner == "single" else (
                     f", session start {r['session_start_s']:.2f} s, probe {r['executor_check_s']:.2f} s, "
                     f"first task after {r['first_task_started_s']:.2f} s, slowest task {r['max_task_s']:.2f} s, "
-                    f"worker warm-up in first task <= {r['worker_warmup_s']:.2f} s, "
+                    f"worker warm-up in first task <= {_fmt(r['worker_warmup_s'])} s, "
                     f"tasks per executor {list(r['tasks_per_executor'].values())}")
                 if "cluster_start_s" in r:
                     extra += f", cluster start {r['cluster_start_s']:.1f} s"

@@ -44,7 +44,7 @@ U64 = npt.NDArray[np.uint64]
 INLINE_KEY_BYTES = 16
 SLOT_WORDS = 4
 AHEAD = 8  # rows in flight
-BUCKET_BITS = 5  # rows are probed a 32nd of the table at a time (more buckets: scattering them costs more than it saves)
+BUCKET_BITS = 5  # rows are probed a 32nd of the table at a time (more buckets: scattering costs more)
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xC2B2AE3D27D4EB4F)

@@ -21,7 +21,7 @@ from numba import types
 
 def _register() -> bool:
     try:
-        import lz4.block._block as extension  # type: ignore[import-untyped]
+        import lz4.block._block as extension
 
         library = ctypes.CDLL(extension.__file__)
         functions = {"kafkalog_lz4_decompress_safe": library.LZ4_decompress_safe,

@@ -277,8 +277,8 @@ def recompress_lz4(out: U8, end: int, starts: I64, header: U8, block_bytes: int,
         p = s + 61
         while p < section_end:
             chunk = min(block_bytes, section_end - p)
-            written = lz4_native.compress_fast(out_address + p, final_address + q + 4, chunk,
-                                               len(final) - q - 4, 1)
+            written = lz4_native.compress_fast(  # type: ignore[call-overload]  # a numba ExternalFunction
+                out_address + p, final_address + q + 4, chunk, len(final) - q - 4, 1)
             if written <= 0 or written >= chunk:  # incompressible: stored raw
                 _put_le32(final, q, chunk | 0x80000000)
                 copy_bytes(final, q + 4, out, p, chunk)

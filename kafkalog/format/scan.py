@@ -606,7 +606,8 @@ def _fill_arena(src: U8, pieces: I64, i: int, count: int, arena: U8, cursor: int
             arena[cursor:cursor + length] = src[start:start + length]
             cursor += length
         else:
-            written = lz4_native.decompress_safe(src_address + start, arena_address + cursor, length, kind)
+            written = lz4_native.decompress_safe(  # type: ignore[call-overload]  # a numba ExternalFunction
+                src_address + start, arena_address + cursor, length, kind)
             if written < 0:
                 break
             cursor += written

@@ -48,8 +48,8 @@ from kafkalog.format.rewrite import (
     assemble_uncompressed,
     decide_records,
     rebuild_records,
-    records_equal,
     recompress_lz4,
+    records_equal,
 )
 from kafkalog.format.scan import (
     BatchColumns,

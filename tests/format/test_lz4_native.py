@@ -75,7 +75,7 @@ def _cleaned(tmp_path: Path, native: bool, monkeypatch: pytest.MonkeyPatch) -> d
         for start in range(0, 3000, 100):
             values = [bytes(rng.integers(97, 100, int(rng.integers(0, 2000))).astype(np.uint8)) for _ in range(100)]
             log.append_records([(f"key-{int(k)}".encode(), v or None, (), T0 + start + i)
-                                for i, (k, v) in enumerate(zip(rng.integers(0, 400, 100), values))],
+                                for i, (k, v) in enumerate(zip(rng.integers(0, 400, 100), values, strict=True))],
                                batch_records=100, compression=CompressionType.LZ4, now_ms=T0)
             if start % 1000 == 900:
                 log.roll()

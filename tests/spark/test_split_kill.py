@@ -388,12 +388,11 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
                 now = time.perf_counter()
                 candidates = [a for a in log.running() if _stage_kind(a.stage) == moment.kind
                               and a.stage > last_stage and now - a.seen_at >= moment.after_s]
-                if candidates and moment.kind == "group":
-                    # Once both executors run group tasks (a relaunched one has started its first), and the
-                    # stage has written .cleaned segments beside their sources.
-                    stage_executors = {a.executor for a in log.attempts.values() if a.stage == candidates[0].stage}
-                    if len(stage_executors) < 2 or not _in_flight(log_dir / round_dir.name)["cleaned"]:
-                        candidates = []
+                if candidates and moment.kind == "group" and not _in_flight(log_dir / round_dir.name)["cleaned"]:
+                    # Once the stage has written .cleaned segments beside their sources. The executor killed
+                    # first may not be back yet (the rounds after it can take less than its relaunch): then
+                    # this kill leaves the job without executors until the workers relaunch them.
+                    candidates = []
                 jvms = _executor_jvms(workers) if candidates else {}  # a walk of /proc: only when needed
                 for attempt in candidates:
                     if attempt.executor not in jvms:

@@ -374,8 +374,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             if not has_txn and int(batches.magic.min(initial=2)) >= 2:
                 # The common case, keys hashed straight from the bytes; the rewrite pass decodes and
                 # validates every record of these batches before anything is swapped.
-                bad = key_map.add_sections(record_sections(data, batches, where), batches.base_offset,
-                                           np.zeros(len(batches), dtype=bool), start, end)
+                bad = key_map.add_sections(record_sections(data, batches, where), batches.base_offset, start, end)
                 if bad >= 0:
                     scan_records(data, batches.window(bad, bad + 1), where=where)  # raises the record's error
                     raise CleanerError(f"{where}batch at byte {int(batches.position[bad])} does not parse")

@@ -93,13 +93,13 @@ class KeyMap:
             hash_rows(columns.data, columns.key_pos, columns.key_len, columns.offset, chunk, hashed)
             self._put(columns.data, hashed, staged)
 
-    def add_sections(self, sections: RecordSections, base_offset: I64, skip: Bools, first: int, end: int) -> int:
-        """Record the keys of every keyed record in ``[first, end)`` of the records sections whose
-        batch is not skipped, read straight from the bytes; returns -1, or the index of the first
-        batch whose records do not parse (nothing of it or after it was added)."""
-        hashed, staged = self._staging(int(sections.counts[~skip].sum()))
+    def add_sections(self, sections: RecordSections, base_offset: I64, first: int, end: int) -> int:
+        """Record the keys of every keyed record in ``[first, end)`` of the records sections, read
+        straight from the bytes; returns -1, or the index of the first batch whose records do not
+        parse (nothing of it or after it was added)."""
+        hashed, staged = self._staging(int(sections.counts.sum()))
         rows, bad = hash_record_keys(sections.data, sections.sec_start, sections.sec_end, sections.counts,
-                                     base_offset, skip, first, end, hashed)
+                                     base_offset, first, end, hashed)
         self._put(sections.data, hashed[:rows], staged[:rows])
         return int(bad)
 

@@ -638,14 +638,13 @@ def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
     # Kafka's lz4 and the other codecs rarely reach 3:1 on real records; the arena grows if they do.
     estimate = np.where(kinds == _STORED, lengths, np.where(kinds > 0, np.minimum(kinds, 3 * lengths), 3 * lengths))
     arena = np.empty(int(estimate.sum()) + (1 << 16), dtype=np.uint8)
-    out, src = memoryview(arena), memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
     starts = np.empty(n, dtype=np.int64)
     ends = np.empty(n, dtype=np.int64)
     if lz4_native.AVAILABLE:
-        return _decompress_natively(arr, batches, codec, where, pieces, count, arena, starts, ends)
+        return _decompress_natively(arr, batches, codec, where, pieces, count, arena, starts, ends, src_total)
+    out, src = memoryview(arena), memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
     decompress_block_into = cramjam.lz4.decompress_block_into
     cursor, src_done, current, skip = 0, 0, -1, -1
-    parts: list[bytes | bytearray | memoryview] = []
     for b, start, length, kind in zip(*(row.tolist() for row in pieces[:, :count]), strict=True):
         if b != current:
             if current >= 0:
@@ -654,40 +653,34 @@ def _decompress_sections(arr: U8, batches: BatchColumns, codec: I64,
         elif b == skip:
             continue
         if kind == _WHOLE:
-            parts = _decompress_section(src, batches, b, codec, where)
-            need = sum(len(part) for part in parts)
-        else:
-            need = length if kind == _STORED else kind
+            arena, cursor = _put_section(src, batches, b, codec, where, arena, cursor, src_done, src_total)
+            out = memoryview(arena)  # type: ignore[arg-type]  # ndarray is a buffer
+            src_done += length
+            continue
+        need = length if kind == _STORED else kind
         if cursor + need > len(arena):
             arena, out = _grown(arena, cursor, need, src_done, src_total)
         src_done += length
         if kind == _STORED:
             out[cursor:cursor + length] = src[start:start + length]
             cursor += length
-        elif kind == _WHOLE:
-            cursor = _put_parts(out, cursor, parts)
-        else:
-            try:
-                cursor += decompress_block_into(src[start:start + length], out[cursor:cursor + kind])
-            except cramjam.DecompressionError:
-                # The same liblz4 call fails in compression's lz4 reader, which raises the exact error.
-                parts = _decompress_section(src, batches, b, codec, where)
-                cursor = int(starts[b])
-                need = sum(len(part) for part in parts)
-                if cursor + need > len(arena):
-                    arena, out = _grown(arena, cursor, need, src_done, src_total)
-                cursor = _put_parts(out, cursor, parts)
-                skip = b  # the rest of this batch's blocks are in already
+            continue
+        try:
+            cursor += decompress_block_into(src[start:start + length], out[cursor:cursor + kind])
+        except cramjam.DecompressionError:
+            # The same liblz4 call fails in compression's lz4 reader, which raises the exact error.
+            arena, cursor = _put_section(src, batches, b, codec, where, arena, int(starts[b]), src_done, src_total)
+            out = memoryview(arena)  # type: ignore[arg-type]  # ndarray is a buffer
+            skip = b  # the rest of this batch's blocks are in already
     ends[current] = cursor
     return as_array(arena[:cursor]), starts, ends
 
 
 def _decompress_natively(arr: U8, batches: BatchColumns, codec: I64, where: str, pieces: I64, count: int,
-                         arena: U8, starts: I64, ends: I64) -> tuple[U8, I64, I64]:
+                         arena: U8, starts: I64, ends: I64, src_total: int) -> tuple[U8, I64, I64]:
     """``_decompress_sections``' loop with liblz4 called from compiled code; Python handles only
     the pieces ``_fill_arena`` stops at, as the loop above does."""
     src = memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
-    src_total = int(pieces[2, :count].sum())
     i, cursor, current = 0, 0, -1
     while True:
         i, cursor, current = _fill_arena(arr, pieces, i, count, arena, cursor, starts, ends, current)
@@ -700,17 +693,24 @@ def _decompress_natively(arr: U8, batches: BatchColumns, codec: I64, where: str,
             continue
         # A whole section; or a block liblz4 refused, whose batch compression decodes whole and
         # raises its exact error (the same liblz4 call fails in its lz4 reader).
-        parts = _decompress_section(src, batches, b, codec, where)
-        cursor = int(starts[b])
-        need = sum(len(part) for part in parts)
-        if cursor + need > len(arena):
-            arena, _ = _grown(arena, cursor, need, int(pieces[2, :i].sum()), src_total)
-        cursor = _put_parts(memoryview(arena), cursor, parts)  # type: ignore[arg-type]
+        arena, cursor = _put_section(src, batches, b, codec, where, arena, int(starts[b]),
+                                     int(pieces[2, :i].sum()), src_total)
         while i < count and pieces[0, i] == b:  # the rest of this batch is in already
             i += 1
     if current >= 0:
         ends[current] = cursor
     return as_array(arena[:cursor]), starts, ends
+
+
+def _put_section(src: memoryview, batches: BatchColumns, b: int, codec: I64, where: str, arena: U8, cursor: int,
+                 src_done: int, src_total: int) -> tuple[U8, int]:
+    """Batch ``b``'s records section decoded whole by compression (which raises its errors) and put
+    into the arena at ``cursor``, grown if needed; returns the arena and the cursor after it."""
+    parts = _decompress_section(src, batches, b, codec, where)
+    need = sum(len(part) for part in parts)
+    if cursor + need > len(arena):
+        arena, _ = _grown(arena, cursor, need, src_done, src_total)
+    return arena, _put_parts(memoryview(arena), cursor, parts)  # type: ignore[arg-type]  # ndarray is a buffer
 
 
 def _decompress_section(src: memoryview, batches: BatchColumns, b: int, codec: I64,

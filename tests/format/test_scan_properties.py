@@ -384,3 +384,18 @@ def test_batch_crcs_equal_the_c_library_on_every_span(data: bytes, cuts: list[in
         assert scan.batch_crcs(buf, positions, ends).tolist() == want
     finally:
         scan.HARDWARE_CRC32C = fallback
+
+
+def test_batch_crcs_across_the_interleaved_rounds() -> None:
+    """The compiled CRC runs three interleaved streams over rounds of three 256-byte blocks and
+    joins them; spans ending just before, at and after each round boundary, at odd alignments, and
+    long spans (a batch of ~11 KB, one of 100 KB) give the C library's CRC."""
+    from kafkalog.format import scan
+
+    rng = np.random.default_rng(7)
+    buf = rng.integers(0, 256, 300_000, dtype=np.uint8)
+    lengths = [n + d for n in (768, 1536, 2304, 3072) for d in (-9, -8, -1, 0, 1, 7, 8)] + [11_000, 100_000]
+    starts = np.array([21 + (3 * i) % 61 for i in range(len(lengths))], dtype=np.int64)
+    ends = starts + np.array(lengths, dtype=np.int64)
+    want = [crc32c.crc32c(buf[s:e].tobytes()) for s, e in zip(starts, ends, strict=True)]
+    assert scan.batch_crcs(buf, starts - 21, ends).tolist() == want

@@ -66,13 +66,16 @@ def store_u64(typingctx: Any, out: Any, position: Any, value: Any) -> Any:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def copy_bytes(out: Any, q: Any, data: Any, p: Any, n: Any) -> None:
+    if n < 8:
+        for j in range(n):
+            out[q + j] = data[p + j]
+        return
     j = 0
     while j + 8 <= n:
         store_u64(out, q + j, load_u64(data, p + j))  # type: ignore[call-arg]  # typingctx is numba's
         j += 8
-    while j < n:
-        out[q + j] = data[p + j]
-        j += 1
+    if j < n:  # the last eight bytes, overlapping bytes already written (with the same values)
+        store_u64(out, q + n - 8, load_u64(data, p + n - 8))  # type: ignore[call-arg]
 
 
 def _has_sse42() -> bool:

@@ -201,7 +201,7 @@ def main() -> int:
         median_run = sorted(cleans, key=lambda c: float(c["clean_s"]))[len(cleans) // 2]  # type: ignore[arg-type]
         print(f"{codec.name_kafka}: rounds (cp s, compact s, x cp): " + ", ".join(
             f"({c:.2f}, {float(d['clean_s']):.2f}, {c / float(d['clean_s']):.2f})"  # type: ignore[arg-type]
-            for c, d in zip(cps, cleans)))
+            for c, d in zip(cps, cleans, strict=True)))
         rows.append((codec.name_kafka, mb, cp_s, clean_s, target, median_run, median_run["stats"]))
     print(f"\n{'codec':<6}{'log MB':>8}{'cp+sync s':>11}{'cp MB/s':>9}{'compact s':>11}{'MB/s':>8}"
           f"{'x cp':>7}{'target':>8}{'verdict':>9}{'peak RSS MiB':>14}{'start-up s':>12}")

@@ -175,8 +175,8 @@ def _crc32c_spans(data: Any, starts: Any, ends: Any, tables: Any) -> Any:
             c2 = np.uint64(0)
             for j in range(p, p + block, 8):
                 crc = _crc32c_u64(crc, load_u64(data, j))  # type: ignore[call-arg]
-                c1 = _crc32c_u64(c1, load_u64(data, j + block))  # type: ignore[call-arg]
-                c2 = _crc32c_u64(c2, load_u64(data, j + 2 * block))  # type: ignore[call-arg]
+                c1 = _crc32c_u64(c1, load_u64(data, j + block))
+                c2 = _crc32c_u64(c2, load_u64(data, j + 2 * block))
             crc = _crc_shift(tables, _crc_shift(tables, crc) ^ c1) ^ c2
             p += 3 * block
         while p + 8 <= end:

@@ -10,7 +10,8 @@ records (so ~5 updates per key, spread over the whole log), ~1 % tombstones, in 
 Each round copies the cached partition into a work directory with ``cp -r`` + ``sync`` (the peer,
 timed), then compacts the copy in a fresh process (``clean_partition``, timed inside the process:
 key map, rewrite, verification, fsync and swap; Python start-up and the numba cache load are
-reported separately) and reports its peak RSS. Targets (issue #4): uncompressed ≥ 0.35× cp, lz4
+reported separately) and reports its peak RSS. An untimed round comes first (with a cold numba
+cache, the first compaction compiles the kernels). Targets (issue #4): uncompressed ≥ 0.35× cp, lz4
 ≥ 0.1× cp, measured in the same run.
 """
 

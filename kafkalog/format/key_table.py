@@ -24,6 +24,10 @@ The helpers are plain compiled functions, which LLVM inlines: numba's own inlini
 ``superseded`` (a bitmap over the offsets ``[base, base + 64 * len)``, or empty) records every
 offset whose key gets a later offset in the same table: after a whole range is inserted, a record of
 that range is its key's latest iff its bit is clear, with no second lookup.
+
+A map may be one of ``parts`` tables that share the keys by hash (``part`` = ``_owner(tag, parts)``):
+the kernels then insert and answer only the rows whose key that table owns, so tables built in
+parallel over the same records hold disjoint keys, and their bitmaps OR into the whole map's.
 """
 
 from __future__ import annotations
@@ -102,6 +106,25 @@ def _bucket(tag: Any) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)
+def _owner(tag: Any, parts: Any) -> Any:
+    """Which of ``parts`` tables owns a key: hash bits the home slot and the bucket do not use
+    (they use the top 32), so each table's keys still spread over all of its slots."""
+    return np.int64((np.uint64(tag) >> np.uint64(9)) & np.uint64(0x7FFFFF)) % parts
+
+
+@numba.njit(cache=True, nogil=True)
+def owned_rows(hashed: I64, part: int, parts: int) -> int:
+    """How many hashed rows ``part`` of ``parts`` owns."""
+    if parts == 1:
+        return len(hashed)
+    count = 0
+    for k in range(len(hashed)):
+        if _owner(hashed[k, 0], parts) == part:
+            count += 1
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
 def _slot_matches(table: Any, s: Any, tag: Any, n: Any, w0: Any, w1: Any, data: U8, p: Any, arena: U8) -> bool:
     if table[s, 0] != tag or table[s, 2] != w0:
         return False
@@ -172,11 +195,12 @@ def _varint(data: U8, p: Any, end: Any, max_bytes: Any) -> tuple[Any, Any]:
 
 @numba.njit(cache=True, nogil=True)
 def hash_record_keys(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_offset: I64, first: int, end: int,
-                     hashed: I64) -> tuple[int, int]:
+                     hashed: I64, part: int, parts: int) -> tuple[int, int]:
     """Hash the key of every keyed record in ``[first, end)`` of the v2 records sections straight
-    from the bytes (no record columns): (rows written, -1), or (rows, batch) for the first batch
-    whose records do not parse, which the caller decodes with :func:`scan.scan_records` for its
-    error. Only the framing of each record is read: its length, offset delta and key."""
+    from the bytes (no record columns), keeping the rows whose key ``part`` of ``parts`` owns:
+    (rows written, -1), or (rows, batch) for the first batch whose records do not parse, which the
+    caller decodes with :func:`scan.scan_records` for its error. Only the framing of each record is
+    read: its length, offset delta and key."""
     i = 0
     for b in range(len(sec_start)):
         p = sec_start[b]
@@ -197,48 +221,55 @@ def hash_record_keys(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_o
                 return i, b
             offset = base_offset[b] + delta
             if n >= 0 and first <= offset < end:
-                hashed[i, 0], hashed[i, 1], hashed[i, 2] = _hashed_key(data, q, n)
-                hashed[i, 3] = offset
-                hashed[i, 4] = q
-                hashed[i, 5] = n
-                i += 1
+                tag, w0, w1 = _hashed_key(data, q, n)
+                if parts == 1 or _owner(tag, parts) == part:
+                    hashed[i, 0], hashed[i, 1], hashed[i, 2] = tag, w0, w1
+                    hashed[i, 3] = offset
+                    hashed[i, 4] = q
+                    hashed[i, 5] = n
+                    i += 1
             p = next_record
     return i, -1
 
 
 @numba.njit(cache=True, nogil=True)
-def _order_by_bucket(hashed: I64, staged: I64) -> None:
-    """``hashed`` rows into ``staged`` in the order of their home slots, a bucket (the tag's top
-    ``BUCKET_BITS``) at a time, stable within one (a counting sort), each with its index appended.
-    Probing in that order walks the table from start to end: each bucket's slots stay in the caches
-    and the TLB, where probes in log order would each miss both."""
+def _order_by_bucket(hashed: I64, staged: I64, part: int, parts: int) -> int:
+    """The rows of ``hashed`` that ``part`` of ``parts`` owns into ``staged`` in the order of their
+    home slots, a bucket (the tag's top ``BUCKET_BITS``) at a time, stable within one (a counting
+    sort), each with its index appended; returns how many. Probing in that order walks the table
+    from start to end: each bucket's slots stay in the caches and the TLB, where probes in log
+    order would each miss both."""
     starts = np.zeros((1 << BUCKET_BITS) + 1, dtype=np.int64)
     for k in range(len(hashed)):
-        starts[_bucket(hashed[k, 0]) + 1] += 1
+        if parts == 1 or _owner(hashed[k, 0], parts) == part:
+            starts[_bucket(hashed[k, 0]) + 1] += 1
     for b in range(1, len(starts)):
         starts[b] += starts[b - 1]
     for k in range(len(hashed)):
+        if parts > 1 and _owner(hashed[k, 0], parts) != part:
+            continue
         b = _bucket(hashed[k, 0])
         i = starts[b]
         starts[b] = i + 1
         for w in range(HASHED_WORDS):
             staged[i, w] = hashed[k, w]
         staged[i, HASHED_WORDS] = k
+    return int(starts[-1])
 
 
 @numba.njit(cache=True, nogil=True)
 def table_put(table: Any, arena: U8, arena_used: int, data: U8, hashed: I64, superseded: U64, base: int,
-              staged: I64) -> tuple[int, int]:
-    """Insert or update key → offset for each hashed row (the larger offset wins; the smaller one is
-    marked in ``superseded``); returns (new keys, arena used).
+              staged: I64, part: int, parts: int) -> tuple[int, int, int]:
+    """Insert or update key → offset for each hashed row that ``part`` of ``parts`` owns (the larger
+    offset wins; the smaller one is marked in ``superseded``); returns (new keys, arena used, rows
+    inserted).
 
     The caller guarantees room: a load factor below 0.8 after the inserts, arena space (4 + length)
     for every key longer than 16 bytes, and ``staged`` of ``len(hashed)`` rows of ``HASHED_WORDS + 1``.
     """
     capacity = len(table)
     added = 0
-    total = len(hashed)
-    _order_by_bucket(hashed, staged)
+    total = _order_by_bucket(hashed, staged, part, parts)
     for i in range(total):
         if i + AHEAD < total:
             prefetch_row(table, _home(staged[i + AHEAD, 0], capacity))  # type: ignore[call-arg]
@@ -272,17 +303,16 @@ def table_put(table: Any, arena: U8, arena_used: int, data: U8, hashed: I64, sup
             s += 1
             if s == capacity:
                 s = 0
-    return added, arena_used
+    return added, arena_used, total
 
 
 @numba.njit(cache=True, nogil=True)
-def table_get(table: Any, arena: U8, data: U8, hashed: I64, staged: I64) -> I64:
-    """The offset stored for each hashed row's key, -1 when the key is absent (``staged`` as for
-    ``table_put``)."""
+def table_get(table: Any, arena: U8, data: U8, hashed: I64, staged: I64, part: int, parts: int) -> I64:
+    """The offset stored for each hashed row's key, -1 when the key is absent or not owned by
+    ``part`` of ``parts`` (``staged`` as for ``table_put``)."""
     capacity = len(table)
-    total = len(hashed)
-    out = np.full(total, -1, dtype=np.int64)
-    _order_by_bucket(hashed, staged)
+    out = np.full(len(hashed), -1, dtype=np.int64)
+    total = _order_by_bucket(hashed, staged, part, parts)
     for i in range(total):
         if i + AHEAD < total:
             prefetch_row(table, _home(staged[i + AHEAD, 0], capacity))  # type: ignore[call-arg]

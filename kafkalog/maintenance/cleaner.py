@@ -73,7 +73,7 @@ from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.maintenance import journal
-from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 from kafkalog.maintenance.txn_tracker import TxnTracker
 
 I64 = npt.NDArray[np.int64]
@@ -378,21 +378,22 @@ def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
 
 def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, part: int = 0,
                   parts: int = 1) -> KeyMap:
-    """The key map of the dirty range; with ``parts`` > 1 only of the ``part``-th of that many
-    contiguous slices of the dirty segments (``map_slices``). Slices hold disjoint, increasing offset
-    ranges, so for any key the latest slice that has it holds its latest offset (``RangedKeyMap``)."""
+    """The key map of the dirty range; with ``parts`` > 1 only of the keys that the ``part``-th of
+    that many maps owns by hash (``HashedKeyMap`` answers from all of them as from one map). Every
+    part reads the whole dirty range but checks the CRCs of only its slice of the dirty segments
+    (``map_slices``), so that together the parts check each segment once."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
-    dirty = map_slices(dirty_segments(ctx), parts)[part]
+    dirty = dirty_segments(ctx)
+    own = {s.base_offset for s in map_slices(dirty, parts)[part]}
     workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
-    # Which data batches belong to aborted transactions depends only on their offsets and the aborted
-    # transactions overlapping them, so a slice decides exactly as a pass from the first dirty offset.
-    slice_start = max(start, dirty[0].base_offset) if dirty else start
-    tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= slice_start and t.first_offset < end)
-    key_map = KeyMap(tracked=(slice_start, end))
+    tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end)
+    key_map = KeyMap(tracked=(start, end), part=part, parts=parts)
     for segment in dirty:
-        data, segment_batches = _read_batches(segment)
-        verified.add(segment.base_offset)
-        stats.dirty_bytes += len(data)
+        checked = segment.base_offset in own
+        data, segment_batches = _read_batches(segment, check_crc=checked)
+        if checked:
+            verified.add(segment.base_offset)
+            stats.dirty_bytes += len(data)
         for lo, hi in segment_batches.windows(WINDOW_BYTES):
             batches = segment_batches.window(lo, hi)
             where = f"{segment.log_path}: "
@@ -486,7 +487,7 @@ class CleanedGroup:
     fingerprint: list[tuple[int, int, int]]  # of the sources when they were read
 
 
-def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: KeyMap | RangedKeyMap,
+def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: KeyMap | HashedKeyMap,
                         stats: CleanerStats, verified: set[int]) -> CleanedGroup:
     """Recopy one group of source segments into a verified ``.cleaned`` segment (files only: the
     log is unchanged until ``swap_cleaned_group``). Groups are independent, so they may be written
@@ -565,7 +566,7 @@ def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
     return base_offset, info.st_size, info.st_mtime_ns
 
 
-def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker: TxnTracker,
+def _clean_segment(segment: LogSegment, key_map: KeyMap | HashedKeyMap, tracker: TxnTracker,
                    producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
                    stats: CleanerStats, cover_end: bool = False, *,
                    check_crc: bool = True) -> Iterator[tuple[Buffer, BatchColumns]]:
@@ -587,7 +588,7 @@ def _clean_segment(segment: LogSegment, key_map: KeyMap | RangedKeyMap, tracker:
 
 
 def _clean_window(segment: LogSegment, data: Buffer, batches: BatchColumns, records: RecordColumns,
-                  key_map: KeyMap | RangedKeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
+                  key_map: KeyMap | HashedKeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
                   upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats,
                   cover_end: bool) -> tuple[Buffer, BatchColumns]:
     n = len(batches)

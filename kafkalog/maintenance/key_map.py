@@ -7,13 +7,17 @@ open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) of 32-byte slot
 equality is always decided on the bytes. Memory is about ``32 B / 0.8`` per distinct key, plus
 ``4 + key size`` for keys over 16 bytes: ~40 MB for a million short keys. Fresh memory is slow on a
 VM that returns freed pages to its host, so the table is sized to the keys, not to a power of two.
+
+A map too big for one task is built as ``parts`` maps over the same range that share the keys by
+hash (``KeyMap(part=p, parts=n)``), in parallel; ``HashedKeyMap`` answers from them exactly as one
+map would: each key is in one part only, and the parts' supersession bitmaps OR together.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +31,7 @@ from kafkalog.format.key_table import (
     bits_set,
     hash_record_keys,
     hash_rows,
+    owned_rows,
     table_get,
     table_put,
     table_rehash,
@@ -42,12 +47,49 @@ CHUNK_ROWS = 1 << 18
 MAX_TRACKED_OFFSETS = 1 << 34
 
 
-class KeyMap:
+class _Supersession:
+    """What a map and a map in hashed parts answer alike, from a supersession bitmap over the
+    tracked range and lookups for every other row."""
+
+    _superseded: npt.NDArray[np.uint64]
+    _tracked_base: int
+    _inserted: tuple[int, int]  # the first and last offset of the rows the map pass read
+
+    def lookup(self, columns: RecordColumns, rows: I64) -> I64:
+        raise NotImplementedError
+
+    def tracks(self, offsets: I64) -> Bools:
+        """Which offsets lie in the range this map inserted and tracks supersession for."""
+        first, last = self._inserted
+        end = min(last + 1, self._tracked_base + 64 * len(self._superseded))
+        return (offsets >= max(first, self._tracked_base)) & (offsets < end)
+
+    def superseded(self, columns: RecordColumns, rows: I64, inserted: Bools) -> Bools:
+        """Whether the map holds a later offset than each row's own for the row's key.
+
+        ``inserted`` marks rows that were added to this map (keyed, in its range, not skipped); they
+        are answered from the bitmap, every other row by a lookup."""
+        rows = rows.astype(np.int64, copy=False)
+        offsets = columns.offset[rows]
+        out = np.zeros(len(rows), dtype=bool)
+        fast = inserted & self.tracks(offsets)
+        out[fast] = bits_set(self._superseded, self._tracked_base, offsets[fast])
+        slow = np.flatnonzero(~fast)
+        out[slow] = self.lookup(columns, rows[slow]) > offsets[slow]
+        return out
+
+
+class KeyMap(_Supersession):
     """Exact key → latest offset. With ``tracked`` = ``(first, end)``, it also records which offsets
     of that range are superseded by a later offset of their key, so ``superseded`` answers rows that
-    were inserted without probing the table again."""
+    were inserted without probing the table again. With ``parts`` > 1 it holds only the keys that
+    ``part`` owns by hash (one of the parts a ``HashedKeyMap`` answers from)."""
 
-    def __init__(self, capacity: int = 1 << 16, tracked: tuple[int, int] | None = None) -> None:
+    def __init__(self, capacity: int = 1 << 16, tracked: tuple[int, int] | None = None, *, part: int = 0,
+                 parts: int = 1) -> None:
+        if not 0 <= part < parts:
+            raise ValueError(f"key map part {part} of {parts}")
+        self.part, self.parts = part, parts
         self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
         self._arena = np.empty(1 << 16, dtype=np.uint8)
         self._arena_used = 0
@@ -58,7 +100,7 @@ class KeyMap:
         span = end - first if 0 < end - first <= MAX_TRACKED_OFFSETS else 0
         self._tracked_base = first
         self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
-        self._inserted = (-1, -1)  # the first and last offset inserted (rows come in offset order)
+        self._inserted = (-1, -1)  # rows come in offset order
         self._scratch: tuple[I64, I64] | None = None
 
     def _staging(self, rows: int) -> tuple[I64, I64]:
@@ -99,22 +141,24 @@ class KeyMap:
         parse (nothing of it or after it was added)."""
         hashed, staged = self._staging(int(sections.counts.sum()))
         rows, bad = hash_record_keys(sections.data, sections.sec_start, sections.sec_end, sections.counts,
-                                     base_offset, first, end, hashed)
-        self._put(sections.data, hashed[:rows], staged[:rows])
+                                     base_offset, first, end, hashed, self.part, self.parts)
+        self._put(sections.data, hashed[:rows], staged[:rows], owned=True)
         return int(bad)
 
-    def _put(self, data: npt.NDArray[np.uint8], hashed: I64, staged: I64) -> None:
+    def _put(self, data: npt.NDArray[np.uint8], hashed: I64, staged: I64, owned: bool = False) -> None:
+        """Insert the rows this map owns (``owned``: all of them, filtered when they were hashed)."""
         if not len(hashed):
             return
         first, last = int(hashed[:, 3].min()), int(hashed[:, 3].max())
         self._inserted = (first if self._inserted[0] < 0 else min(first, self._inserted[0]),
                           max(last, self._inserted[1]))
-        lengths = hashed[:, 5]
-        self._reserve(len(hashed), int((lengths[lengths > INLINE_KEY_BYTES] + 4).sum()))
-        added, self._arena_used = table_put(self._table, self._arena, self._arena_used, data, hashed,
-                                            self._superseded, self._tracked_base, staged)
+        part, parts = (0, 1) if owned else (self.part, self.parts)
+        lengths = hashed[:, 5]  # arena room for every long key, owned or not: an upper bound
+        self._reserve(owned_rows(hashed, part, parts), int((lengths[lengths > INLINE_KEY_BYTES] + 4).sum()))
+        added, self._arena_used, inserted = table_put(self._table, self._arena, self._arena_used, data, hashed,
+                                                      self._superseded, self._tracked_base, staged, part, parts)
         self._size += added
-        self.records += len(hashed)
+        self.records += inserted
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
@@ -124,36 +168,17 @@ class KeyMap:
 
     def lookup(self, columns: RecordColumns, rows: I64) -> I64:
         """The latest offset of each row's key, -1 when the key is not in the map."""
-        if not len(rows) or not self._size:
-            return np.full(len(rows), -1, dtype=np.int64)
-        rows = rows.astype(np.int64, copy=False)
-        out = np.empty(len(rows), dtype=np.int64)
-        for start in range(0, len(rows), CHUNK_ROWS):
-            chunk = rows[start:start + CHUNK_ROWS]
-            hashed, staged = self._staging(len(chunk))
-            hash_rows(columns.data, columns.key_pos, columns.key_len, columns.offset, chunk, hashed)
-            out[start:start + len(chunk)] = table_get(self._table, self._arena, columns.data, hashed, staged)
-        return out
-
-    def tracks(self, offsets: I64) -> Bools:
-        """Which offsets lie in the range this map inserted and tracks supersession for."""
-        first, last = self._inserted
-        end = min(last + 1, self._tracked_base + 64 * len(self._superseded))
-        return (offsets >= max(first, self._tracked_base)) & (offsets < end)
+        return _lookup([self], columns, rows, self._staging)
 
     def superseded(self, columns: RecordColumns, rows: I64, inserted: Bools) -> Bools:
-        """Whether the map holds a later offset than each row's own for the row's key.
+        if self.parts > 1:  # its bitmap knows only its own keys: answer through a HashedKeyMap
+            raise ValueError("superseded() of one hashed part of a key map")
+        return super().superseded(columns, rows, inserted)
 
-        ``inserted`` marks rows that were added to this map (keyed, in its range, not skipped); they
-        are answered from the bitmap, every other row by a lookup."""
-        rows = rows.astype(np.int64, copy=False)
-        offsets = columns.offset[rows]
-        out = np.zeros(len(rows), dtype=bool)
-        fast = inserted & self.tracks(offsets)
-        out[fast] = bits_set(self._superseded, self._tracked_base, offsets[fast])
-        slow = np.flatnonzero(~fast)
-        out[slow] = self.lookup(columns, rows[slow]) > offsets[slow]
-        return out
+    def _get(self, data: npt.NDArray[np.uint8], hashed: I64, staged: I64) -> I64:
+        if not self._size:
+            return np.full(len(hashed), -1, dtype=np.int64)
+        return table_get(self._table, self._arena, data, hashed, staged, self.part, self.parts)
     # --- sharing a map between processes (the Spark job's key-map tasks and its rewrite tasks) ------
     def save(self, prefix: Path) -> None:
         """Write the map as ``<prefix>.table.npy``, ``.arena.npy``, ``.superseded.npy`` and ``.json``
@@ -165,7 +190,8 @@ class KeyMap:
                 np.save(f, array)
             os.replace(tmp, f"{prefix}{suffix}")
         meta = {"size": self._size, "latest_offset": self.latest_offset, "records": self.records,
-                "tracked_base": self._tracked_base, "inserted": list(self._inserted)}
+                "tracked_base": self._tracked_base, "inserted": list(self._inserted), "part": self.part,
+                "parts": self.parts}
         tmp = Path(f"{prefix}.json.tmp")
         tmp.write_text(json.dumps(meta))
         os.replace(tmp, f"{prefix}.json")
@@ -180,12 +206,14 @@ class KeyMap:
             arena = np.load(f"{prefix}.arena.npy", mmap_mode="c") if meta["size"] else np.empty(0, np.uint8)
             superseded = np.load(f"{prefix}.superseded.npy")
             tracked_base, (first, last) = int(meta["tracked_base"]), meta["inserted"]
+            part, parts = int(meta["part"]), int(meta["parts"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise CleanerError(f"key map {prefix}: cannot be read ({exc})") from None
         if table.ndim != 2 or table.shape[1] != SLOT_WORDS or table.dtype != np.int64 \
-                or superseded.dtype != np.uint64 or superseded.ndim != 1:
+                or superseded.dtype != np.uint64 or superseded.ndim != 1 or not 0 <= part < parts:
             raise CleanerError(f"key map {prefix}: not a key-map table")
         key_map = cls.__new__(cls)
+        key_map.part, key_map.parts = part, parts
         key_map._table, key_map._arena = table, arena
         key_map._arena_used, key_map._size = len(arena), int(meta["size"])
         key_map.latest_offset, key_map.records = int(meta["latest_offset"]), int(meta["records"])
@@ -195,46 +223,45 @@ class KeyMap:
         return key_map
 
 
-class RangedKeyMap:
-    """The key map as maps of successive, disjoint offset ranges (built in parallel, one per slice of
-    the dirty segments); ``lookup`` answers exactly as one map over the whole range: a key's latest
-    offset is in the latest range that has the key."""
+class HashedKeyMap(_Supersession):
+    """The key map as the ``parts`` maps that share its keys by hash, each built over the whole range
+    (in parallel: the Spark job's key-map tasks); answers exactly as one map over that range."""
 
     def __init__(self, parts: Sequence[KeyMap], latest_offset: int) -> None:
-        self.parts = list(parts)  # in offset order
+        self.parts = sorted(parts, key=lambda p: p.part)
+        if [(p.part, p.parts) for p in self.parts] != [(i, len(parts)) for i in range(len(parts))] \
+                or len({(p._tracked_base, len(p._superseded)) for p in self.parts}) != 1:
+            raise CleanerError(f"key map parts {[(p.part, p.parts) for p in self.parts]} are not the hashed parts "
+                               "of one map")
         self.latest_offset = latest_offset
         self.records = sum(p.records for p in parts)
+        self._tracked_base = self.parts[0]._tracked_base
+        self._superseded = np.bitwise_or.reduce([p._superseded for p in self.parts])
+        firsts = [p._inserted[0] for p in self.parts if p._inserted[0] >= 0]
+        self._inserted = (min(firsts), max(p._inserted[1] for p in self.parts)) if firsts else (-1, -1)
 
     def __len__(self) -> int:
-        """Keys counted once per range that holds them (an upper bound of the distinct keys)."""
+        """The distinct keys: each is in one part."""
         return sum(len(p) for p in self.parts)
 
     def lookup(self, columns: RecordColumns, rows: I64) -> I64:
-        rows = rows.astype(np.int64, copy=False)
-        out = np.full(len(rows), -1, dtype=np.int64)
-        todo = np.arange(len(rows))
-        for part in reversed(self.parts):
-            if not len(todo):
-                break
-            found = part.lookup(columns, rows[todo])
-            out[todo] = found
-            todo = todo[found < 0]
-        return out
+        return _lookup(self.parts, columns, rows, self.parts[0]._staging)
 
-    def superseded(self, columns: RecordColumns, rows: I64, inserted: Bools) -> Bools:
-        """As ``KeyMap.superseded`` over the whole range: a row inserted into one range's map is
-        superseded there, or by its key in any later range."""
-        rows = rows.astype(np.int64, copy=False)
-        offsets = columns.offset[rows]
-        out = np.zeros(len(rows), dtype=bool)
-        answered = np.zeros(len(rows), dtype=bool)
-        for i, part in enumerate(self.parts):
-            mine = np.flatnonzero(inserted & ~answered & part.tracks(offsets))
-            answered[mine] = True
-            out[mine] = part.superseded(columns, rows[mine], np.ones(len(mine), dtype=bool))
-            later = mine[~out[mine]]
-            if len(later) and i + 1 < len(self.parts):
-                out[later] = RangedKeyMap(self.parts[i + 1:], self.latest_offset).lookup(columns, rows[later]) >= 0
-        rest = np.flatnonzero(~answered)
-        out[rest] = self.lookup(columns, rows[rest]) > offsets[rest]
-        return out
+
+def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
+            staging: Callable[[int], tuple[I64, I64]]) -> I64:
+    """The latest offset of each row's key in whichever of ``maps`` owns it, -1 where none has it;
+    each row's key is hashed once."""
+    if not len(rows) or not any(len(m) for m in maps):
+        return np.full(len(rows), -1, dtype=np.int64)
+    rows = rows.astype(np.int64, copy=False)
+    out = np.empty(len(rows), dtype=np.int64)
+    for start in range(0, len(rows), CHUNK_ROWS):
+        chunk = rows[start:start + CHUNK_ROWS]
+        hashed, staged = staging(len(chunk))
+        hash_rows(columns.data, columns.key_pos, columns.key_len, columns.offset, chunk, hashed)
+        found = maps[0]._get(columns.data, hashed, staged)
+        for other in maps[1:]:
+            np.maximum(found, other._get(columns.data, hashed, staged), out=found)
+        out[start:start + len(chunk)] = found
+    return out

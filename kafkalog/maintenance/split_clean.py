@@ -7,11 +7,12 @@ workers (the Spark job):
 
 1. the driver, holding the partition's cleaner lock until step 4: ``plan_split`` — leftovers of a
    crashed cleaner resolved, the segment groups (lists of source base offsets);
-2. several workers in parallel: ``build_map_part`` — the key map of one slice of the dirty segments
-   (contiguous, about equal bytes), saved under a prefix in a scratch dir every worker sees;
+2. several workers in parallel: ``build_map_part`` — one of the maps that share the dirty range's
+   keys by hash (each reads the whole range and checks the CRCs of its slice of the segments),
+   saved under a prefix in a scratch dir every worker sees;
 3. workers in parallel, each writing some of the groups: ``write_group`` (or a ``GroupWriter`` for
-   several) — maps every part (copy-on-write) and writes each group's verified ``.cleaned`` segment
-   beside the sources; the log is unchanged;
+   several) — maps every part (copy-on-write), ORs their supersession bitmaps, and writes each
+   group's verified ``.cleaned`` segment beside the sources; the log is unchanged;
 4. the driver: ``swap_and_finish`` — each group swapped in under the partition lock (unless its
    sources changed since they were read), the cleaner checkpoint, the journal; or, when any part
    failed, ``discard`` — every ``.cleaned`` file removed, the log untouched.
@@ -45,7 +46,7 @@ from kafkalog.maintenance.cleaner import (
     swap_cleaned_group,
     write_cleaned_group,
 )
-from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ def plan_split(store: LogStore, location: PartitionLocation, job: SplitRound) ->
 
 
 def build_map_part(store: LogStore, job: SplitRound, part: int, parts: int, prefix: Path) -> dict[str, Any]:
-    """Step 2: build and save the key map of one slice of the dirty segments; returns its statistics."""
+    """Step 2: build and save the ``part``-th of the ``parts`` maps that share the keys by hash;
+    returns its statistics."""
     started = time.perf_counter()
     stats = CleanerStats()
     build_key_map(job.open(store), stats, set(), part=part, parts=parts).save(prefix)
@@ -88,7 +90,7 @@ class GroupWriter:
 
     def __init__(self, store: LogStore, job: SplitRound, prefixes: list[Path]) -> None:
         self.ctx = job.open(store)
-        self.key_map = RangedKeyMap([KeyMap.load(p) for p in prefixes], self.ctx.end_offset - 1)
+        self.key_map = HashedKeyMap([KeyMap.load(p) for p in prefixes], self.ctx.end_offset - 1)
         self._by_base = {s.base_offset: s for s in self.ctx.segments}
         # The map parts checked the CRCs of every dirty segment; the clean segments below the dirty
         # range are checked here, as in one process.

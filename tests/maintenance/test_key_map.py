@@ -1,5 +1,5 @@
 """The cleaner's key map against a Python dict: exact keys of every length, growth, supersession
-bitmap, saved maps and maps of several ranges."""
+bitmap, saved maps and maps in parts that share the keys by hash."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kafkalog.errors import CleanerError
 from kafkalog.format.batch import Record, assemble_batch, build_batch
 from kafkalog.format.scan import RecordColumns, record_sections, scan_batches, scan_records
-from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 
 
 def _columns(keys: list[bytes | None], first_offset: int) -> RecordColumns:
@@ -52,8 +53,9 @@ def _expected(segments: list[tuple[list[bytes | None], RecordColumns]]) -> dict[
     return latest
 
 
-def _build(parts: list[tuple[list[bytes | None], RecordColumns]], tracked: tuple[int, int]) -> KeyMap:
-    key_map = KeyMap(capacity=16, tracked=tracked)  # tiny: every insert round grows and rehashes
+def _build(parts: list[tuple[list[bytes | None], RecordColumns]], tracked: tuple[int, int], part: int = 0,
+           of: int = 1) -> KeyMap:
+    key_map = KeyMap(capacity=16, tracked=tracked, part=part, parts=of)  # tiny: every insert grows it
     for _, columns in parts:
         key_map.add(columns, np.flatnonzero(columns.key_len >= 0))
     return key_map
@@ -82,22 +84,42 @@ def test_absent_keys_are_not_found(segments: list[tuple[list[bytes | None], Reco
     assert not key_map.superseded(other, rows, np.zeros(len(rows), dtype=bool)).any()
 
 
-def test_saved_map_and_ranges_answer_as_the_whole_map(
-        segments: list[tuple[list[bytes | None], RecordColumns]], tmp_path: Path) -> None:
+@pytest.mark.parametrize("of", [1, 2, 3, 5])
+def test_saved_hashed_parts_answer_as_the_whole_map(
+        segments: list[tuple[list[bytes | None], RecordColumns]], tmp_path: Path, of: int) -> None:
     whole = _build(segments, (1000, 10_500))
-    bounds = [1000, 4000, 8000, 10_500]
+    whole.update_latest_offset(10_499)
     parts = []
-    for i in range(3):
-        _build(segments[i:i + 1], (bounds[i], 10_500)).save(tmp_path / f"part-{i}")
+    for i in range(of):
+        part = _build(segments, (1000, 10_500), i, of)
+        part.update_latest_offset(10_499)
+        part.save(tmp_path / f"part-{i}")
         parts.append(KeyMap.load(tmp_path / f"part-{i}"))
-    ranged = RangedKeyMap(parts, whole.latest_offset)
+    # The parts hold disjoint keys, every key of the whole map once, and share the records among them.
+    assert sum(len(p) for p in parts) == len(whole)
+    assert sum(p.records for p in parts) == whole.records
+    if of > 1:
+        assert all(0.5 * len(whole) / of < len(p) < 1.5 * len(whole) / of for p in parts)
+    hashed = HashedKeyMap(list(reversed(parts)), whole.latest_offset)  # any order
+    assert len(hashed) == len(whole) and hashed.records == whole.records
     for _, columns in segments:
         rows = np.flatnonzero(columns.key_len >= 0)
-        assert np.array_equal(ranged.lookup(columns, rows), whole.lookup(columns, rows))
+        assert np.array_equal(hashed.lookup(columns, rows), whole.lookup(columns, rows))
         everything = np.ones(len(rows), dtype=bool)
         expected = whole.superseded(columns, rows, everything)
-        assert np.array_equal(ranged.superseded(columns, rows, everything), expected)
-        assert np.array_equal(ranged.superseded(columns, rows, ~everything), expected)
+        assert expected.any() and not expected.all()
+        assert np.array_equal(hashed.superseded(columns, rows, everything), expected)
+        assert np.array_equal(hashed.superseded(columns, rows, ~everything), expected)
+        if of > 1:  # one part's bitmap knows only its own keys
+            with pytest.raises(ValueError):
+                parts[0].superseded(columns, rows, everything)
+
+
+def test_hashed_parts_of_different_maps_are_refused(segments: list[tuple[list[bytes | None], RecordColumns]]) -> None:
+    with pytest.raises(CleanerError, match="not the hashed parts of one map"):
+        HashedKeyMap([_build(segments, (1000, 10_500), 0, 2)], 10_499)
+    with pytest.raises(CleanerError, match="not the hashed parts of one map"):
+        HashedKeyMap([_build(segments, (1000, 10_500), 0, 2), _build(segments, (2000, 10_500), 1, 2)], 10_499)
 
 
 def _varint_bytes(zigzag: int, width: int) -> bytes:

@@ -1,4 +1,4 @@
-"""A round cleaned in parts (``split_clean``: key maps of slices, then groups, then swaps) writes exactly
+"""A round cleaned in parts (``split_clean``: key maps in hashed parts, then groups, then swaps) writes exactly
 the bytes ``clean_partition`` writes in one pass, and a part that fails changes nothing."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import split_clean
 from kafkalog.maintenance.cleaner import CleanerStats, _read_batches, build_key_map, open_clean_context
-from kafkalog.maintenance.key_map import KeyMap, RangedKeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 from kafkalog.tools.verify import verify_store
 
 
@@ -67,24 +67,31 @@ def test_split_round_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int) ->
     assert not list((tmp_path / "split").rglob(f"*{names.CLEANED_SUFFIX}"))
 
 
-def test_ranged_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
+def test_hashed_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
     store, _ = _two_rounds_of_data(tmp_path)
     location = store.locate("t", 0)
     active = store.open_log(location, read_only=True).active_segment.base_offset
-    ctx = open_clean_context(store, location, 0, active, now_ms=T0, wall_now_ms=T0)
-    whole = build_key_map(ctx, CleanerStats(), set())
-    parts = []
+    first_dirty = cleaner_checkpoint(tmp_path / "logs")[("t", 0)]
+    ctx = open_clean_context(store, location, first_dirty, active, now_ms=T0, wall_now_ms=T0)
+    whole_stats, whole_verified = CleanerStats(), set[int]()
+    whole = build_key_map(ctx, whole_stats, whole_verified)
+    parts, stats, verified = [], [CleanerStats() for _ in range(4)], [set[int]() for _ in range(4)]
     for b in range(4):
-        build_key_map(ctx, CleanerStats(), set(), part=b, parts=4).save(tmp_path / f"part-{b}")
+        build_key_map(ctx, stats[b], verified[b], part=b, parts=4).save(tmp_path / f"part-{b}")
         parts.append(KeyMap.load(tmp_path / f"part-{b}"))
-    assert sum(len(p) for p in parts) >= len(whole) > 30
+    assert sum(len(p) for p in parts) == len(whole) > 30
     assert sum(p.records for p in parts) == whole.records
-    assert all(len(p) > 0 for p in parts)  # every slice holds some of the dirty segments
-    ranged = RangedKeyMap(parts, whole.latest_offset)
-    for segment in ctx.segments:
+    assert all(len(p) > 0 for p in parts)
+    # Each part checked the CRCs of its own slice of the dirty segments: together, each one once.
+    assert sorted(s for v in verified for s in v) == sorted(whole_verified) and len(whole_verified) > 4
+    assert sum(s.dirty_bytes for s in stats) == whole_stats.dirty_bytes
+    hashed = HashedKeyMap(parts, whole.latest_offset)
+    for segment in ctx.segments:  # the clean prefix (looked up) and the dirty range (from the bitmaps)
         records = scan_records(*_read_batches(segment))
         rows = np.flatnonzero(records.key_len >= 0).astype(np.int64)
-        assert np.array_equal(ranged.lookup(records, rows), whole.lookup(records, rows))
+        assert np.array_equal(hashed.lookup(records, rows), whole.lookup(records, rows))
+        inserted = records.offset[rows] >= first_dirty
+        assert np.array_equal(hashed.superseded(records, rows, inserted), whole.superseded(records, rows, inserted))
 
 
 def test_a_torn_map_part_is_refused(tmp_path: Path) -> None:

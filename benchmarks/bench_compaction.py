@@ -148,7 +148,9 @@ from pathlib import Path
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance.compact import snapshot_compacted_logs
 from kafkalog.maintenance.cleaner import clean_partition
+from kafkalog.maintenance.warmup import warm
 from kafkalog.policy.compaction import log_to_clean
+warm()  # numba's cache load, reported with the start-up
 store = LogStore([Path(sys.argv[1])])
 snapshot = snapshot_compacted_logs(store, "bench", 0)[0][0]
 target = log_to_clean(snapshot, int(sys.argv[2]))

@@ -12,9 +12,11 @@ each partition is cleanable (all but the active segment). ``--quick`` is 4 x 50 
 Contestants, each compacting a fresh ``cp -r`` copy of the cached log dir (copy and ``sync`` untimed),
 all with the same ``now_ms`` and ``wall_now_ms``:
 
-(a) ``compact()`` (what ``kafkalog compact`` runs) in a child process, timed inside it: Python start-up
-    and imports are excluded, as in ``bench_compaction``;
-(b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2]``;
+(a) ``compact()`` (what ``kafkalog compact`` runs) in a child process, timed inside it: Python start-up,
+    imports and loading the numba kernels (``warmup.warm()``, as the job's probe does in each Python
+    worker) are excluded, as in ``bench_compaction``;
+(b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2] --driver-java-options
+    "$LEAN_JVM_OPTIONS"`` (C1 only, serial GC: see ``compact_logs.LEAN_JVM_OPTIONS``);
 (c) the same job on a standalone master with 2 one-core workers, all on 127.0.0.1, started for each run
     (the workers once the master is ALIVE) and stopped afterwards by process group (multi-partition set
     only). The application UI is off (the job's default); the master's and workers' web UIs cannot be
@@ -60,6 +62,7 @@ from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
+from spark_jobs.compact_logs import LEAN_JVM_OPTIONS
 from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,7 +190,9 @@ t0 = time.perf_counter()
 from pathlib import Path
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance.compact import compact
+from kafkalog.maintenance.warmup import warm
 store = LogStore([Path(sys.argv[1])])
+warm()  # the kernels loaded before the clock starts, as the Spark job's probe loads them into its workers
 t1 = time.perf_counter()
 report = compact(store, now_ms=int(sys.argv[2]), wall_now_ms=int(sys.argv[3]), run_id="bench-single")
 t2 = time.perf_counter()
@@ -217,7 +222,8 @@ def run_single(env: Env, logs: Path, expect_partitions: int) -> dict[str, Any]:
 # --- (b), (c) Spark ------------------------------------------------------------------------------------
 def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[str] = (),
            watch: Sequence[int] = (), expect_partitions: int, job_args: Sequence[str] = ()) -> dict[str, Any]:
-    cmd = [str(BIN / "spark-submit"), "--master", master]
+    # As the README submits the job: the driver JVM (local mode: the executors too) without C2.
+    cmd = [str(BIN / "spark-submit"), "--master", master, "--driver-java-options", LEAN_JVM_OPTIONS]
     for item in conf:
         cmd += ["--conf", item]
     cmd += [str(JOB), "--log-dir", str(logs), "--now-ms", str(env.now_ms), "--wall-now-ms", str(env.wall_ms),

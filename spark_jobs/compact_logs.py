@@ -6,8 +6,9 @@
 The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
 reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
 the same log dirs, and runs ``clean_partition`` for each selected partition in its own task; a
-partition bigger than its share of the cores is split instead (``clean_split``: key maps of slices
-of its dirty segments in parallel, then its segment groups in parallel, the swaps on the driver).
+partition bigger than its share of the cores is split instead (``clean_split``: the parts of its key
+map that share the keys by hash in parallel, then its segment groups in parallel, the swaps on the
+driver).
 Tasks get paths and offsets and return a small dict: no record bytes go through Spark. Every task
 uses the driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are
 byte for byte those of ``kafkalog compact`` in one process for the same input and clocks.
@@ -44,6 +45,12 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
 MIN_SPLIT_BYTES = 64 << 20  # below this, a partition's own task beats the two extra stages of a split
+# The JVMs of this job only schedule tasks and pass small dicts: C2's compiler thread, warming up
+# Spark's own code through the job, used 1.0-1.35 of the 2 cores' seconds of a 2.6 s clean phase on
+# local[2] here, taken from the Python workers that do the cleaning; C1 alone and one GC thread cost
+# next to nothing (0.14-0.17 s). Executors get it from this job; the driver JVM (in local mode, also
+# the executor) is started before this code runs, so spark-submit must pass it (see README).
+LEAN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SHARED_HINT = ("every log dir must be on a volume mounted at the same path on the driver and on every "
                "Spark worker (NFS, or the deployment's shared log volume)")
 
@@ -191,7 +198,7 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
 
 def _split_tasks(items: list[dict[str, Any]], step: str) -> list[dict[str, Any]]:
     """Parts of one split partition's round (``kafkalog.maintenance.split_clean``) in this executor,
-    one after the other: the key map of a slice of its dirty segments, or segment groups (the
+    one after the other: one hashed part of its key map, or segment groups (the
     partition and its key map opened once for all of them). Failures come back as dicts, one an item."""
     outs: list[dict[str, Any]] = []
     writer: Any = None
@@ -324,6 +331,8 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # for a JVM this process launches (plain `python`)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python (SparkContext.pythonExec)
+    # Read only when this process launches the JVM itself (plain `python`, not spark-submit).
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{LEAN_JVM_OPTIONS}" pyspark-shell')
     from pyspark import SparkConf, SparkContext
 
     # Attach to spark-submit's JVM (or launch one) first: only a JVM-backed SparkConf sees spark-submit's
@@ -357,7 +366,17 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     # whichever attempt loses is killed mid-swap: one attempt per partition.
     conf.set("spark.speculation", "false")
     conf.setIfMissing("spark.executorEnv.SPARK_LOCAL_IP", LOOPBACK)
+    conf.setIfMissing("spark.executor.extraJavaOptions", LEAN_JVM_OPTIONS)
     return SparkContext.getOrCreate(conf)
+
+
+def driver_jvm_options(sc: Any) -> list[str]:
+    """The driver JVM's own options (the report shows whether spark-submit passed the lean ones)."""
+    try:
+        return [str(a) for a in sc._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+                if str(a).startswith("-XX:")]
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return []
 
 
 def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: Any,
@@ -417,7 +436,7 @@ def choose_splits(shipped: Targets, sizes: list[int], split_bytes: int | None, p
 
 def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, parts: int) -> dict[str, Any]:
     """One partition's round over many tasks, the driver holding its cleaner lock throughout: key-map
-    maps of slices of the dirty segments in parallel, then segment groups in parallel, then the swaps here."""
+    map parts (keys shared by hash) in parallel, then segment groups in parallel, then the swaps here."""
     from kafkalog.errors import KafkaLogError, LogLockedError
     from kafkalog.log.lock import cleaner_lock
     from kafkalog.maintenance import split_clean
@@ -583,7 +602,8 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
     sc = start_spark(args, cache_dir)
     try:
         timings["session_start_s"] = round(time.time() - t_session, 3)
-        doc["spark"] = {"master": sc.master, "app_id": sc.applicationId, "default_parallelism": sc.defaultParallelism}
+        doc["spark"] = {"master": sc.master, "app_id": sc.applicationId, "default_parallelism": sc.defaultParallelism,
+                        "driver_jvm_options": driver_jvm_options(sc)}
         jvm_start = _jvm_start_s(sc)
         if jvm_start is not None:
             timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)

@@ -169,12 +169,14 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
         from kafkalog.log.config import BrokerConfig
         from kafkalog.log.store import LogStore
         from kafkalog.maintenance.cleaner import clean_partition
+        from kafkalog.maintenance.warmup import warm
     except ImportError as exc:
         out.update(error=f"cannot import kafkalog on executor {socket.gethostname()} ({exc}); "
                          f"spark.pyspark.python must be a Python with kafkalog installed",
                    error_type=type(exc).__name__, task_finished_at=time.time())
         return out
     try:
+        warm()  # nothing after the probe did it in this worker: one that got no probe loads the kernels here
         for d in target["log_dirs"]:
             if not os.path.isdir(d):
                 raise FileNotFoundError(f"log dir {d} does not exist on executor {socket.gethostname()}: {SHARED_HINT}")
@@ -211,7 +213,9 @@ def _split_tasks(items: list[dict[str, Any]], step: str) -> list[dict[str, Any]]
             from kafkalog.log.config import BrokerConfig
             from kafkalog.log.store import LogStore
             from kafkalog.maintenance import split_clean
+            from kafkalog.maintenance.warmup import warm
 
+            warm()  # as in clean_one
             store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
             job = split_clean.SplitRound(**item["round"])
             if step == "map":

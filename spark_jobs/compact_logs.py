@@ -626,7 +626,9 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
                     results.append(clean_split(sc, store, target, scratch, sc.defaultParallelism))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        whole = [t for t, chosen in zip(shipped, split, strict=True) if not chosen]
+        # Biggest first: Spark hands tasks out in order, so the stage does not end on one big straggler.
+        whole = [t for _, t in sorted(((size, t) for t, size, chosen in zip(shipped, sizes, split, strict=True)
+                                       if not chosen), key=lambda st: -st[0])]
         if whole:
             try:
                 results += sc.parallelize(whole, numSlices=len(whole)).map(clean_one).collect()
@@ -690,7 +692,7 @@ def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
         results = clean_on_spark(args, doc, t0, store, plan, shipped)
     else:  # a cycle with nothing to clean does not pay for a Spark session
         apply_checkpoint_resets(store, plan)
-    partitions = errors + results
+    partitions = errors + sorted(results, key=lambda r: (r["topic"], r["partition"]))
     doc["partitions"] = partitions
     doc["totals"] = totals(partitions)
     ok = all(p["ok"] for p in partitions)

@@ -176,7 +176,7 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
                    error_type=type(exc).__name__, task_finished_at=time.time())
         return out
     try:
-        warm()  # nothing after the probe did it in this worker: one that got no probe loads the kernels here
+        warm()  # idempotent: free after the probe's; a worker that got no probe task loads and freezes here
         for d in target["log_dirs"]:
             if not os.path.isdir(d):
                 raise FileNotFoundError(f"log dir {d} does not exist on executor {socket.gethostname()}: {SHARED_HINT}")

@@ -100,7 +100,7 @@ class KeyMap(_Supersession):
         span = end - first if 0 < end - first <= MAX_TRACKED_OFFSETS else 0
         self._tracked_base = first
         self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
-        self._inserted = (-1, -1)  # rows come in offset order
+        self._inserted = (-1, -1)  # the first and last offset of the rows offered to the map
         self._scratch: tuple[I64, I64] | None = None
 
     def _staging(self, rows: int) -> tuple[I64, I64]:
@@ -229,7 +229,7 @@ class HashedKeyMap(_Supersession):
 
     def __init__(self, parts: Sequence[KeyMap], latest_offset: int) -> None:
         self.parts = sorted(parts, key=lambda p: p.part)
-        if [(p.part, p.parts) for p in self.parts] != [(i, len(parts)) for i in range(len(parts))] \
+        if not parts or [(p.part, p.parts) for p in self.parts] != [(i, len(parts)) for i in range(len(parts))] \
                 or len({(p._tracked_base, len(p._superseded)) for p in self.parts}) != 1:
             raise CleanerError(f"key map parts {[(p.part, p.parts) for p in self.parts]} are not the hashed parts "
                                "of one map")

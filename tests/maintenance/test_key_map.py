@@ -117,6 +117,8 @@ def test_saved_hashed_parts_answer_as_the_whole_map(
 
 def test_hashed_parts_of_different_maps_are_refused(segments: list[tuple[list[bytes | None], RecordColumns]]) -> None:
     with pytest.raises(CleanerError, match="not the hashed parts of one map"):
+        HashedKeyMap([], 10_499)
+    with pytest.raises(CleanerError, match="not the hashed parts of one map"):
         HashedKeyMap([_build(segments, (1000, 10_500), 0, 2)], 10_499)
     with pytest.raises(CleanerError, match="not the hashed parts of one map"):
         HashedKeyMap([_build(segments, (1000, 10_500), 0, 2), _build(segments, (2000, 10_500), 1, 2)], 10_499)

@@ -45,6 +45,7 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
+from spark_jobs.compact_logs import LEAN_JVM_OPTIONS
 from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 pytestmark = pytest.mark.spark
@@ -99,6 +100,8 @@ class JobRun:
 def _start(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wall_ms: int, *,
            master: str = "local[2]", conf: Sequence[str] = (), job_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     cmd = [str(BIN / "spark-submit"), "--master", master]
+    if not any(item.startswith("spark.driver.extraJavaOptions=") for item in conf):
+        cmd += ["--driver-java-options", LEAN_JVM_OPTIONS]  # as the README submits the job
     for item in conf:
         cmd += ["--conf", item]
     cmd += [str(JOB), *[a for d in log_dirs for a in ("--log-dir", str(d))], "--now-ms", str(now_ms),
@@ -320,6 +323,7 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
     assert report["totals"]["bytes_written"] == sum(r.stats.bytes_written for r in reference.cleaned)
     assert set(report["timings"]) >= {"plan_s", "session_start_s", "executor_check_s", "clean_job_s",
                                       "first_task_started_s", "total_s"}
+    assert set(LEAN_JVM_OPTIONS.split()) <= set(report["spark"]["driver_jvm_options"])
 
     assert _digest(distributed) == _digest(single)
     assert _digest(distributed) != _digest(template)

@@ -113,13 +113,18 @@ def _owner(tag: Any, parts: Any) -> Any:
 
 
 @numba.njit(cache=True, nogil=True)
+def _owns(tag: Any, part: Any, parts: Any) -> Any:
+    return parts == 1 or _owner(tag, parts) == part
+
+
+@numba.njit(cache=True, nogil=True)
 def owned_rows(hashed: I64, part: int, parts: int) -> int:
     """How many hashed rows ``part`` of ``parts`` owns."""
     if parts == 1:
         return len(hashed)
     count = 0
     for k in range(len(hashed)):
-        if _owner(hashed[k, 0], parts) == part:
+        if _owns(hashed[k, 0], part, parts):
             count += 1
     return count
 
@@ -222,7 +227,7 @@ def hash_record_keys(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_o
             offset = base_offset[b] + delta
             if n >= 0 and first <= offset < end:
                 tag, w0, w1 = _hashed_key(data, q, n)
-                if parts == 1 or _owner(tag, parts) == part:
+                if _owns(tag, part, parts):
                     hashed[i, 0], hashed[i, 1], hashed[i, 2] = tag, w0, w1
                     hashed[i, 3] = offset
                     hashed[i, 4] = q
@@ -241,12 +246,12 @@ def _order_by_bucket(hashed: I64, staged: I64, part: int, parts: int) -> int:
     order would each miss both."""
     starts = np.zeros((1 << BUCKET_BITS) + 1, dtype=np.int64)
     for k in range(len(hashed)):
-        if parts == 1 or _owner(hashed[k, 0], parts) == part:
+        if _owns(hashed[k, 0], part, parts):
             starts[_bucket(hashed[k, 0]) + 1] += 1
     for b in range(1, len(starts)):
         starts[b] += starts[b - 1]
     for k in range(len(hashed)):
-        if parts > 1 and _owner(hashed[k, 0], parts) != part:
+        if not _owns(hashed[k, 0], part, parts):
             continue
         b = _bucket(hashed[k, 0])
         i = starts[b]

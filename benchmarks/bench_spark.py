@@ -31,7 +31,7 @@ over ``--runs`` rounds (default 5). Sanity checks: every run writes the same fil
 files aside), and every socket a Spark process listens on is on 127.0.0.1.
 
 Targets (issue acceptance): local[2] >= 1.5x single process on the multi-partition set and >= 1.3x on
-the single 1 GB partition (which the job splits into key-map and segment-group tasks), Spark session
+the single 1 GB partition (which the job splits: key map and segment groups in one stage), Spark session
 start < 20 s.
 """
 

@@ -6,9 +6,9 @@
 The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
 reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
 the same log dirs, and runs ``clean_partition`` for each selected partition in its own task; a
-partition bigger than its share of the cores is split instead (``clean_split``: the parts of its key
-map that share the keys by hash in parallel, then its segment groups in parallel, the swaps on the
-driver).
+partition bigger than its share of the cores is split instead (``clean_split``: in one stage, half of
+the tasks build the parts of its key map from its last segment back while the others write the
+segment groups the map has passed, the swaps on the driver).
 Tasks get paths and offsets and return a small dict: no record bytes go through Spark. Every task
 uses the driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are
 byte for byte those of ``kafkalog compact`` in one process for the same input and clocks.
@@ -44,7 +44,7 @@ REPORT_VERSION = 1
 LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
-MIN_SPLIT_BYTES = 64 << 20  # below this, a partition's own task beats the two extra stages of a split
+MIN_SPLIT_BYTES = 64 << 20  # below this, a partition's own task beats the extra stage of a split
 # The JVMs of this job only schedule tasks and pass small dicts: C2's compiler thread, warming up
 # Spark's own code through the job, used 1.0-1.35 of the 2 cores' seconds of a 2.6 s clean phase on
 # local[2] here, taken from the Python workers that do the cleaning; C1 alone and one GC thread cost
@@ -89,7 +89,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="compiled-kernel cache writable by every executor "
                         f"(default: <first log dir>/../{DEFAULT_NUMBA_CACHE})")
     p.add_argument("--scratch-dir", metavar="DIR",
-                   help="where the parts of a split partition's key map go, shared by every executor "
+                   help="where a split partition's tasks share its key-map parts, final bits and group results (a "
+                        "dir every executor sees, with flock) "
                         f"(default: <first log dir>/../{DEFAULT_SCRATCH})")
     p.add_argument("--split-bytes", type=int, metavar="N",
                    help="split a partition over several tasks when the bytes it recopies exceed N (0: never; "
@@ -198,51 +199,29 @@ def clean_one(target: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _split_tasks(items: list[dict[str, Any]], step: str) -> list[dict[str, Any]]:
-    """Parts of one split partition's round (``kafkalog.maintenance.split_clean``) in this executor,
-    one after the other: one hashed part of its key map, or segment groups (the
-    partition and its key map opened once for all of them). Failures come back as dicts, one an item."""
-    outs: list[dict[str, Any]] = []
-    writer: Any = None
-    for item in items:
-        _set_numba_cache(item["numba_cache_dir"])
-        started = time.time()
-        out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "pid": os.getpid(),
-                               "task_started_at": started}
-        try:
-            from kafkalog.log.config import BrokerConfig
-            from kafkalog.log.store import LogStore
-            from kafkalog.maintenance import split_clean
-            from kafkalog.maintenance.warmup import warm
+def split_task(item: dict[str, Any]) -> dict[str, Any]:
+    """One worker of a split partition's round (``kafkalog.maintenance.split_clean.run_split_task``):
+    key-map parts nobody holds, then the groups they have passed, until every group is written.
+    A failure comes back as a dict."""
+    _set_numba_cache(item["numba_cache_dir"])
+    started = time.time()
+    out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "pid": os.getpid(),
+                           "task_started_at": started}
+    try:
+        from kafkalog.log.config import BrokerConfig
+        from kafkalog.log.store import LogStore
+        from kafkalog.maintenance import split_clean
+        from kafkalog.maintenance.warmup import warm
 
-            warm()  # as in clean_one
-            store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
-            job = split_clean.SplitRound(**item["round"])
-            if step == "map":
-                out.update(split_clean.build_map_part(store, job, item["part"], item["parts"], Path(item["prefix"])))
-            else:
-                if writer is None:  # every item of a task is a group of the same round
-                    writer = split_clean.GroupWriter(store, job, [Path(p) for p in item["prefixes"]])
-                out.update(writer.write(item["sources"]))
-            out["ok"] = True
-        except Exception as exc:  # noqa: BLE001 - reported with the partition, which is then left untouched
-            out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
-        out["task_finished_at"] = time.time()
-        outs.append(out)
-    return outs
-
-
-def map_part_task(item: dict[str, Any]) -> dict[str, Any]:
-    return _split_tasks([item], "map")[0]
-
-
-def group_task(item: dict[str, Any]) -> dict[str, Any]:
-    return _split_tasks([item], "group")[0]
-
-
-def group_tasks(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Several segment groups written one after the other in one Spark task."""
-    return _split_tasks(items, "group")
+        warm()  # as in clean_one
+        store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
+        job = split_clean.SplitRound(**item["round"])
+        out.update(split_clean.run_split_task(store, job, item["groups"], Path(item["board"]), item["parts"]))
+        out["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - reported with the partition, which is then left untouched
+        out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
+    out["task_finished_at"] = time.time()
+    return out
 
 
 # --- driver: checks and plan -----------------------------------------------------------------------------
@@ -438,9 +417,9 @@ def choose_splits(shipped: Targets, sizes: list[int], split_bytes: int | None, p
     return [size > threshold for size in sizes]
 
 
-def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, parts: int) -> dict[str, Any]:
-    """One partition's round over many tasks, the driver holding its cleaner lock throughout: key-map
-    map parts (keys shared by hash) in parallel, then segment groups in parallel, then the swaps here."""
+def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, workers: int) -> dict[str, Any]:
+    """One partition's round over ``workers`` tasks, the driver holding its cleaner lock throughout: key-map
+    parts and segment groups in one stage (``split_clean.run_split_task``), then the swaps here."""
     from kafkalog.errors import KafkaLogError, LogLockedError
     from kafkalog.log.lock import cleaner_lock
     from kafkalog.maintenance import split_clean
@@ -464,7 +443,7 @@ def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, part
             _remove_stale_maps(scratch, work.name)
             groups = split_clean.plan_split(store, location, job)
             try:
-                out.update(_split_round(sc, store, location, job, common, groups, work, parts, target["run_id"]))
+                out.update(_split_round(sc, store, location, job, common, groups, work, workers, target["run_id"]))
             except Exception:
                 # Whatever failed (a task, a whole Spark stage, a swap), the round's .cleaned segments go
                 # while the lock is still held; a group swapped already has none left.
@@ -485,32 +464,35 @@ def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, part
 
 
 def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str, Any], groups: list[list[int]],
-                 work: Path, parts: int, run_id: str) -> dict[str, Any]:
+                 work: Path, workers: int, run_id: str) -> dict[str, Any]:
+    from kafkalog.errors import CleanerError
     from kafkalog.maintenance import split_clean
 
     work.mkdir(parents=True, exist_ok=True)
-    prefixes = [str(work / f"map-{p}-of-{parts}") for p in range(parts)]
-    t_map = time.time()
-    maps = sc.parallelize([{**common, "part": p, "parts": parts, "prefix": prefixes[p]}
-                           for p in range(parts)], parts).map(map_part_task).collect()
-    _raise_failed(maps, "key-map part")
-    t_groups = time.time()
-    # One task per core, each writing its share of the groups in turn: a Spark task costs ~70 ms to
-    # launch and collect on local[2], as much as writing a small group. Groups are dealt out latest
-    # first (they keep the most records: a key's latest record is late in the log), round robin.
-    items = [{**common, "sources": g, "prefixes": prefixes} for g in reversed(groups)]
-    shares = [items[i::parts] for i in range(min(parts, len(items)))]
-    written = sc.parallelize(shares, max(1, len(shares))).flatMap(group_tasks).collect()
-    _raise_failed(written, "segment group")
+    parts = split_clean.map_parts_for(workers)
+    tasks = max(parts, min(workers, parts + len(groups)))
+    t_stage = time.time()
+    # One stage: every task maps a free key-map part or writes the groups the map has passed (the
+    # latest first), on the board in ``work``; each returns once every group is written.
+    outs = sc.parallelize([{**common, "groups": groups, "board": str(work), "parts": parts, "task": t}
+                           for t in range(tasks)], tasks).map(split_task).collect()
     t_swap = time.time()
+    failed = [o for o in outs if not o["ok"]]
+    if failed:  # the first failure, as the board has it, rather than the workers that stopped for it
+        board_error = (split_clean.Board(work, groups, parts).read_json("failed.json") or {}).get("error")
+        raise CleanerError(f"{len(failed)} of {len(outs)} tasks of the split round failed, the partition is left "
+                           f"as it was; first: {board_error or failed[0]['error']} (executor {failed[0]['executor']})")
+    written, maps = split_clean.collect(work, groups, parts)
     result = split_clean.swap_and_finish(store, location, job, written, maps, run_id=run_id)
     return {"ok": True, "status": "cleaned", "end_offset": result.end_offset,
             "groups": [[list(old), new] for old, new in result.groups], "stats": result.stats.to_dict(),
-            "split": {"map_parts": parts, "groups": len(groups), "map_s": round(t_groups - t_map, 3),
-                      "groups_s": round(t_swap - t_groups, 3), "swap_s": round(time.time() - t_swap, 3),
-                      "executors": sorted({t["executor"] for t in maps + written}),
-                      "map_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in maps],
-                      "group_task_s": [round(t["task_finished_at"] - t["task_started_at"], 3) for t in written]}}
+            "split": {"map_parts": parts, "tasks": tasks, "groups": len(groups),
+                      "stage_s": round(t_swap - t_stage, 3), "swap_s": round(time.time() - t_swap, 3),
+                      "executors": sorted({o["executor"] for o in outs}),
+                      "map_task_s": [round(m["map_seconds"], 3) for m in maps],
+                      "group_task_s": [round(w["stats"]["clean_seconds"], 3) for w in written],
+                      "groups_per_task": [len(o["groups_written"]) for o in outs],
+                      "idle_per_task_s": [o["idle_s"] for o in outs]}}
 
 
 def _remove_stale_maps(scratch: Path, partition_dir: str) -> None:
@@ -520,15 +502,6 @@ def _remove_stale_maps(scratch: Path, partition_dir: str) -> None:
             shutil.rmtree(stale, ignore_errors=True)
             with contextlib.suppress(OSError):
                 stale.parent.rmdir()  # the run's dir, once no partition of it is left
-
-
-def _raise_failed(results: Targets, what: str) -> None:
-    from kafkalog.errors import CleanerError
-
-    failed = [r for r in results if not r["ok"]]
-    if failed:
-        raise CleanerError(f"{len(failed)} {what} task(s) failed, the partition is left as it was; first: "
-                           f"{failed[0]['error']} (executor {failed[0]['executor']})")
 
 
 # --- driver: report --------------------------------------------------------------------------------------

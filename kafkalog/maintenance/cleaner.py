@@ -26,7 +26,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,7 +73,7 @@ from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.maintenance import journal
-from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
+from kafkalog.maintenance.key_map import KeyMap, Supersession
 from kafkalog.maintenance.txn_tracker import TxnTracker
 
 I64 = npt.NDArray[np.int64]
@@ -377,18 +377,28 @@ def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
 
 
 def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, part: int = 0,
-                  parts: int = 1) -> KeyMap:
+                  parts: int = 1, on_final: Callable[[LogSegment, KeyMap], None] | None = None) -> KeyMap:
     """The key map of the dirty range; with ``parts`` > 1 only of the keys that the ``part``-th of
     that many maps owns by hash (``HashedKeyMap`` answers from all of them as from one map). Every
     part reads the whole dirty range but checks the CRCs of only its slice of the dirty segments
-    (``map_slices``), so that together the parts check each segment once."""
+    (``map_slices``), so that together the parts check each segment once.
+
+    The map is the same in any order of segments (the larger offset of a key wins wherever it comes
+    from), so it is built from the last dirty segment to the first: once a segment is in, every
+    record after its base offset is, and the supersession bits of its offsets are final.
+    ``on_final(segment, map)`` is then called, latest segment first, so that a split round can write
+    the latest groups while the map goes on. Aborted transactions in the range need the offset
+    order (the tracker follows each transaction to its marker): then the map is built forwards and
+    every ``on_final`` comes at the end."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
     dirty = dirty_segments(ctx)
     own = {s.base_offset for s in map_slices(dirty, parts)[part]}
     workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
-    tracker = TxnTracker(t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end)
+    aborted = [t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end]
+    tracker = TxnTracker(aborted)
     key_map = KeyMap(tracked=(start, end), part=part, parts=parts)
-    for segment in dirty:
+    backwards = not aborted
+    for segment in reversed(dirty) if backwards else dirty:
         checked = segment.base_offset in own
         data, segment_batches = _read_batches(segment, check_crc=checked)
         if checked:
@@ -421,7 +431,12 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
                                   & ~skip[records.batch_index])
             key_map.add(records, rows)
+        if on_final is not None and backwards:
+            on_final(segment, key_map)
     key_map.update_latest_offset(end - 1)
+    if on_final is not None and not backwards:
+        for segment in reversed(dirty):
+            on_final(segment, key_map)
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
     return key_map
@@ -487,7 +502,7 @@ class CleanedGroup:
     fingerprint: list[tuple[int, int, int]]  # of the sources when they were read
 
 
-def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: KeyMap | HashedKeyMap,
+def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Supersession,
                         stats: CleanerStats, verified: set[int]) -> CleanedGroup:
     """Recopy one group of source segments into a verified ``.cleaned`` segment (files only: the
     log is unchanged until ``swap_cleaned_group``). Groups are independent, so they may be written
@@ -566,7 +581,7 @@ def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
     return base_offset, info.st_size, info.st_mtime_ns
 
 
-def _clean_segment(segment: LogSegment, key_map: KeyMap | HashedKeyMap, tracker: TxnTracker,
+def _clean_segment(segment: LogSegment, key_map: Supersession, tracker: TxnTracker,
                    producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
                    stats: CleanerStats, cover_end: bool = False, *,
                    check_crc: bool = True) -> Iterator[tuple[Buffer, BatchColumns]]:
@@ -588,7 +603,7 @@ def _clean_segment(segment: LogSegment, key_map: KeyMap | HashedKeyMap, tracker:
 
 
 def _clean_window(segment: LogSegment, data: Buffer, batches: BatchColumns, records: RecordColumns,
-                  key_map: KeyMap | HashedKeyMap, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
+                  key_map: Supersession, tracker: TxnTracker, producers: dict[int, tuple[int, int]],
                   upper_bound: int, clock: _Clock, retain_legacy: bool, stats: CleanerStats,
                   cover_end: bool) -> tuple[Buffer, BatchColumns]:
     n = len(batches)
@@ -620,9 +635,10 @@ def _clean_window(segment: LogSegment, data: Buffer, batches: BatchColumns, reco
     b_of = records.batch_index
     has_key = records.key_len >= 0
     superseded = np.zeros(len(records), dtype=bool)
-    mapped = np.flatnonzero(has_key & (records.offset <= key_map.latest_offset))
-    inserted = ~(is_control | discard_records)[b_of[mapped]]
-    superseded[mapped] = key_map.superseded(records, mapped, inserted)
+    # Control records and those of discarded batches are decided without it (decide_records), so
+    # only the other keyed rows are asked; those of the dirty range are the rows the map inserted.
+    mapped = np.flatnonzero(has_key & (records.offset <= key_map.latest_offset) & ~(is_control | discard_records)[b_of])
+    superseded[mapped] = key_map.superseded(records, mapped, np.ones(len(mapped), dtype=bool))
     retain_deletes = np.where(batches.magic >= 2, ~has_horizon | (clock.now_ms < batches.base_timestamp), retain_legacy)
     keep, retained, counts, tombstone_kept, row_start, aborted, unkeyed, tombstones = decide_records(
         records.batch_index, records.key_len, records.value_len, records.offset, superseded, key_map.latest_offset,

@@ -47,6 +47,11 @@ CHUNK_ROWS = 1 << 18
 MAX_TRACKED_OFFSETS = 1 << 34
 
 
+def tracks_range(first: int, end: int) -> bool:
+    """Whether a map over ``[first, end)`` keeps a supersession bitmap of it."""
+    return 0 < end - first <= MAX_TRACKED_OFFSETS
+
+
 class _Supersession:
     """What a map and a map in hashed parts answer alike, from a supersession bitmap over the
     tracked range and lookups for every other row."""
@@ -97,7 +102,7 @@ class KeyMap(_Supersession):
         self.latest_offset = -1
         self.records = 0
         first, end = tracked or (0, 0)
-        span = end - first if 0 < end - first <= MAX_TRACKED_OFFSETS else 0
+        span = end - first if tracks_range(first, end) else 0
         self._tracked_base = first
         self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
         self._inserted = (-1, -1)  # the first and last offset of the rows offered to the map
@@ -179,7 +184,7 @@ class KeyMap(_Supersession):
         if not self._size:
             return np.full(len(hashed), -1, dtype=np.int64)
         return table_get(self._table, self._arena, data, hashed, staged, self.part, self.parts)
-    # --- sharing a map between processes (the Spark job's key-map tasks and its rewrite tasks) ------
+    # --- sharing a map between processes (the split round's workers, kafkalog.maintenance.split_clean) ---
     def save(self, prefix: Path) -> None:
         """Write the map as ``<prefix>.table.npy``, ``.arena.npy``, ``.superseded.npy`` and ``.json``
         (last, by rename: its presence means the map is complete)."""
@@ -225,7 +230,7 @@ class KeyMap(_Supersession):
 
 class HashedKeyMap(_Supersession):
     """The key map as the ``parts`` maps that share its keys by hash, each built over the whole range
-    (in parallel: the Spark job's key-map tasks); answers exactly as one map over that range."""
+    (in parallel: a split round's workers); answers exactly as one map over that range."""
 
     def __init__(self, parts: Sequence[KeyMap], latest_offset: int) -> None:
         self.parts = sorted(parts, key=lambda p: p.part)
@@ -248,6 +253,24 @@ class HashedKeyMap(_Supersession):
         return _lookup(self.parts, columns, rows, self.parts[0]._staging)
 
 
+class FinalBits(_Supersession):
+    """The supersession bits of the offsets ``[first, end)`` of a map's range once they are final: a
+    split round's map tasks publish each segment's as they pass it (``build_key_map(on_final=...)``).
+    They answer every row of that range the map inserted; anything else would need the map itself."""
+
+    def __init__(self, superseded: npt.NDArray[np.uint64], tracked_base: int, first: int, end: int,
+                 latest_offset: int) -> None:
+        self._superseded, self._tracked_base = superseded, tracked_base
+        self._inserted = (first, min(end, latest_offset + 1) - 1)
+        self.latest_offset = latest_offset  # the whole map's: records past it are kept
+
+    def lookup(self, columns: RecordColumns, rows: I64) -> I64:
+        if not len(rows):
+            return np.empty(0, dtype=np.int64)
+        raise CleanerError(f"{len(rows)} rows outside the offsets [{self._inserted[0]}, {self._inserted[1]}] whose "
+                           "final supersession bits are known: they need the whole key map")
+
+
 def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
             staging: Callable[[int], tuple[I64, I64]]) -> I64:
     """The latest offset of each row's key in whichever of ``maps`` owns it, -1 where none has it;
@@ -265,3 +288,7 @@ def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
             np.maximum(found, other._get(columns.data, hashed, staged), out=found)
         out[start:start + len(chunk)] = found
     return out
+
+
+# What the cleaner's rewrite asks a map: one built here, its hashed parts, or a range's final bits.
+Supersession = KeyMap | HashedKeyMap | FinalBits

@@ -51,9 +51,10 @@ def warm() -> float:
             job = split_clean.SplitRound("warmup", partition, 0, active, now, now)
             with cleaner_lock(location.directory, timeout_s=0):
                 groups = split_clean.plan_split(store, location, job)
-                prefixes = [Path(tmp, f"map-{p}") for p in range(2)]
-                maps = [split_clean.build_map_part(store, job, p, 2, prefixes[p]) for p in range(2)]
-                written = [split_clean.write_group(store, job, g, prefixes) for g in groups]
+                board = Path(tmp, "board")
+                board.mkdir()
+                split_clean.run_split_task(store, job, groups, board, 2)  # both parts, then every group
+                written, maps = split_clean.collect(board, groups, 2)
                 split_clean.swap_and_finish(store, location, job, written, maps)
     gc.collect()  # the throwaway round's cycles, before the survivors are frozen for good
     gc.freeze()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +13,19 @@ import pytest
 from test_cleaner import DAY, T0, _mixed_log, clean, cleaner_checkpoint, live_digest, new_store, put
 
 from kafkalog.errors import CleanerError
+from kafkalog.format.key_table import bits_set
 from kafkalog.format.scan import scan_records
 from kafkalog.log import names
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import split_clean
-from kafkalog.maintenance.cleaner import CleanerStats, _read_batches, build_key_map, open_clean_context
+from kafkalog.maintenance.cleaner import (
+    CleanerStats,
+    _read_batches,
+    build_key_map,
+    dirty_segments,
+    open_clean_context,
+)
 from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 from kafkalog.tools.verify import verify_store
 
@@ -32,39 +40,111 @@ def _two_rounds_of_data(tmp_path: Path) -> tuple[LogStore, Path]:
     return store, tmp_path / "logs"
 
 
-def _split_round(store: LogStore, scratch: Path, parts: int, first_dirty: int, now: int) -> None:
+def _split_round(store: LogStore, scratch: Path, parts: int, first_dirty: int, now: int, workers: int = 1,
+                 wait_for: list[dict[str, object]] | None = None) -> list[dict[str, object]]:
+    """A round by ``workers`` threads on one board, as the Spark job's tasks run it; what each did."""
     location = store.locate("t", 0)
     active = store.open_log(location, read_only=True).active_segment.base_offset
     job = split_clean.SplitRound("t", 0, first_dirty, active, now, now)
     with cleaner_lock(location.directory, timeout_s=0):
         groups = split_clean.plan_split(store, location, job)
         assert len(groups) > 1
-        prefixes = [scratch / f"map-{b}" for b in range(parts)]
-        parts = [split_clean.build_map_part(store, job, b, parts, prefixes[b]) for b in range(parts)]
-        # Any order; one writer for several groups (as a Spark task does) or one call per group.
-        writer = split_clean.GroupWriter(store, job, prefixes)
-        written = [writer.write(g) if i % 2 else split_clean.write_group(store, job, g, prefixes)
-                   for i, g in enumerate(reversed(groups))]
-        split_clean.swap_and_finish(store, location, job, written, parts, run_id="split")
+        with ThreadPoolExecutor(workers) as pool:
+            done = list(pool.map(lambda _: split_clean.run_split_task(store, job, groups, scratch, parts),
+                                 range(workers)))
+        written, maps = split_clean.collect(scratch, groups, parts)
+        assert len(written) == len(groups) and len(maps) == parts
+        split_clean.swap_and_finish(store, location, job, written, maps, run_id="split")
+    return done
 
 
-@pytest.mark.parametrize("parts", [1, 3])
-def test_split_round_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int) -> None:
-    store, logs = _two_rounds_of_data(tmp_path / "one")
+@pytest.mark.parametrize(("parts", "workers"), [(1, 1), (1, 2), (3, 1), (2, 4)])
+@pytest.mark.parametrize("first_round", [False, True])
+def test_split_round_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int, workers: int, first_round: bool) -> None:
+    """A first round has aborted transactions in its range (the map goes forwards, every group waits for it);
+    a second one recopies a clean prefix (its group needs the saved map parts), the rest from final bits."""
+    if first_round:
+        store, loc = new_store(tmp_path / "one" / "logs", segment_bytes="1024")
+        _mixed_log(store, loc)
+        logs = tmp_path / "one" / "logs"
+    else:
+        store, logs = _two_rounds_of_data(tmp_path / "one")
     shutil.copytree(logs, tmp_path / "split")
     split_store = LogStore([tmp_path / "split"])
     now = T0 + 2 * DAY  # horizons stamped in the first round have passed: tombstones and markers go now
-    first_dirty = cleaner_checkpoint(logs)[("t", 0)]
-    assert first_dirty > 0
+    first_dirty = cleaner_checkpoint(logs).get(("t", 0), 0)
+    assert (first_dirty > 0) != first_round
     one = clean(store, store.locate("t", 0), first_dirty=first_dirty, now=now)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    _split_round(split_store, scratch, parts, first_dirty, now)
+    done = _split_round(split_store, scratch, parts, first_dirty, now, workers)
     assert live_digest(tmp_path / "split") == live_digest(logs)
     assert cleaner_checkpoint(tmp_path / "split") == cleaner_checkpoint(logs) == {("t", 0): one.end_offset}
     assert one.stats.records_written < one.stats.records_read
     assert verify_store(split_store).ok
     assert not list((tmp_path / "split").rglob(f"*{names.CLEANED_SUFFIX}"))
+    assert sorted(m["part"] for d in done for m in d["mapped"]) == list(range(parts))  # each part built once
+    assert sum(len(d["groups_written"]) for d in done) == len(list(scratch.glob("group-*.json")))
+    # The parts are saved only when a group needs them: the clean prefix's.
+    assert bool(list(scratch.glob("map-*.table.npy"))) == (not first_round)
+
+
+def test_final_bits_come_latest_segment_first_and_are_the_map_s(tmp_path: Path) -> None:
+    """Built backwards, the map's bits of every offset from a segment on are final once it is in."""
+    store, _ = _two_rounds_of_data(tmp_path)
+    location = store.locate("t", 0)
+    active = store.open_log(location, read_only=True).active_segment.base_offset
+    first_dirty = cleaner_checkpoint(tmp_path / "logs")[("t", 0)]
+    ctx = open_clean_context(store, location, first_dirty, active, now_ms=T0, wall_now_ms=T0)
+    seen: list[tuple[int, np.ndarray]] = []
+    whole = build_key_map(ctx, CleanerStats(), set(), on_final=lambda s, m: seen.append(
+        (s.base_offset, m._superseded.copy())))
+    bases = [s.base_offset for s in dirty_segments(ctx)]
+    assert [b for b, _ in seen] == bases[::-1] and len(bases) > 4
+    offsets = np.arange(first_dirty, active, dtype=np.int64)
+    final = bits_set(whole._superseded, first_dirty, offsets)
+    assert final.sum() > 100
+    for base, bits in seen:
+        later = offsets >= base
+        assert np.array_equal(bits_set(bits, first_dirty, offsets[later]), final[later])
+        assert not np.array_equal(bits_set(bits, first_dirty, offsets), final) or base == bases[0]
+
+
+def test_a_part_left_by_a_dead_worker_is_built_again(tmp_path: Path) -> None:
+    """Bits published, no result: its lock is free, so the next worker builds the part from the start."""
+    store, logs = _two_rounds_of_data(tmp_path / "one")
+    shutil.copytree(logs, tmp_path / "split")
+    split_store = LogStore([tmp_path / "split"])
+    first_dirty = cleaner_checkpoint(logs)[("t", 0)]
+    clean(store, store.locate("t", 0), first_dirty=first_dirty, now=T0)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "bits-0-999999.npy").write_bytes(b"torn")  # a segment that is not there: never read
+    (scratch / "map-0.lock").touch()
+    done = _split_round(split_store, scratch, 1, first_dirty, T0, workers=2)
+    assert live_digest(tmp_path / "split") == live_digest(logs)
+    assert [m["part"] for d in done for m in d["mapped"]] == [0]
+
+
+def test_a_failed_worker_stops_the_others_and_the_driver_refuses_the_round(tmp_path: Path) -> None:
+    store, logs = _two_rounds_of_data(tmp_path)
+    location = store.locate("t", 0)
+    first_dirty = cleaner_checkpoint(logs)[("t", 0)]
+    active = store.open_log(location, read_only=True).active_segment.base_offset
+    job = split_clean.SplitRound("t", 0, first_dirty, active, T0, T0)
+    groups = split_clean.plan_split(store, location, job)
+    last = names.log_file(location.directory, groups[-1][-1])
+    data = bytearray(last.read_bytes())
+    data[100] ^= 0xFF  # inside the first batch's records: its CRC fails
+    last.write_bytes(bytes(data))
+    before = live_digest(logs)
+    with pytest.raises(CleanerError, match="CRC|crc|checksum"):
+        split_clean.run_split_task(store, job, groups, tmp_path, 1)
+    with pytest.raises(CleanerError, match="another worker of the round failed: CleanerError"):
+        split_clean.run_split_task(store, job, groups, tmp_path, 1)
+    with pytest.raises(CleanerError, match="another worker"):
+        split_clean.collect(tmp_path, groups, 1)
+    assert live_digest(logs) == before
 
 
 def test_hashed_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
@@ -101,18 +181,27 @@ def test_a_torn_map_part_is_refused(tmp_path: Path) -> None:
         KeyMap.load(tmp_path / "m")
 
 
+def _written_groups(store: LogStore, tmp_path: Path) -> tuple[split_clean.SplitRound, list[list[int]],
+                                                           list[dict[str, object]], list[dict[str, object]]]:
+    location = store.locate("t", 0)
+    active = store.open_log(location, read_only=True).active_segment.base_offset
+    job = split_clean.SplitRound("t", 0, 0, active, T0, T0)
+    groups = split_clean.plan_split(store, location, job)
+    board = tmp_path / "board"
+    board.mkdir()
+    split_clean.run_split_task(store, job, groups, board, 1)
+    written, maps = split_clean.collect(board, groups, 1)
+    return job, groups, written, maps
+
+
 def test_discarded_round_leaves_the_log_untouched(tmp_path: Path) -> None:
     store, logs = _two_rounds_of_data(tmp_path)
     location = store.locate("t", 0)
     before = live_digest(logs)
-    active = store.open_log(location, read_only=True).active_segment.base_offset
-    job = split_clean.SplitRound("t", 0, 0, active, T0, T0)
     with cleaner_lock(location.directory, timeout_s=0):
-        groups = split_clean.plan_split(store, location, job)
-        split_clean.build_map_part(store, job, 0, 1, tmp_path / "map")
-        written = [split_clean.write_group(store, job, g, [tmp_path / "map"]) for g in groups]
+        _job, _groups, written, _maps = _written_groups(store, tmp_path)
         assert list(location.directory.glob(f"*{names.CLEANED_SUFFIX}"))
-        split_clean.discard(location, [w["base_offset"] for w in written])
+        split_clean.discard(location, [int(str(w["base_offset"])) for w in written])
     assert not list(location.directory.glob(f"*{names.CLEANED_SUFFIX}"))
     assert live_digest(logs) == before
 
@@ -120,17 +209,13 @@ def test_discarded_round_leaves_the_log_untouched(tmp_path: Path) -> None:
 def test_a_group_whose_sources_changed_is_not_swapped(tmp_path: Path) -> None:
     store, logs = _two_rounds_of_data(tmp_path)
     location = store.locate("t", 0)
-    active = store.open_log(location, read_only=True).active_segment.base_offset
-    job = split_clean.SplitRound("t", 0, 0, active, T0, T0)
     with cleaner_lock(location.directory, timeout_s=0):
-        groups = split_clean.plan_split(store, location, job)
-        parts = [split_clean.build_map_part(store, job, 0, 1, tmp_path / "map")]
-        written = [split_clean.write_group(store, job, g, [tmp_path / "map"]) for g in groups]
+        job, groups, written, maps = _written_groups(store, tmp_path)
         source = names.log_file(location.directory, groups[0][0])
         info = source.stat()
         os.utime(source, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))
         before = {k: v for k, v in live_digest(logs).items() if not k.endswith(names.CLEANED_SUFFIX)}
         with pytest.raises(CleanerError, match="changed while being cleaned"):
-            split_clean.swap_and_finish(store, location, job, written, parts)
+            split_clean.swap_and_finish(store, location, job, written, maps)
     assert live_digest(logs) == before
     assert not list(location.directory.glob(f"*{names.CLEANED_SUFFIX}"))

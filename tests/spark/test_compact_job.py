@@ -335,8 +335,8 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
 @pytest.mark.parametrize("split", [False, True], ids=["per-partition", "split"])
 def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path: Path, spark: Spark,
                                                                        split: bool) -> None:
-    """Split, the corrupt segment is the first (clean) one: the key maps succeed, its group fails its CRC
-    check while the other groups' tasks write their .cleaned segments, which must then all go."""
+    """Split, the corrupt segment is the first one, which the key map reads last: the later groups'
+    .cleaned segments are written by then, and must then all go."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=12)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
@@ -370,7 +370,8 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     assert "locked" in by_partition[1]["error"]
     assert by_partition[2]["status"] == "failed" and not by_partition[2]["ok"] and by_partition[2]["error"]
     if split:
-        assert "segment group task(s) failed" in by_partition[2]["error"], by_partition[2]["error"]
+        error = by_partition[2]["error"]
+        assert "tasks of the split round failed" in error and "record is corrupt" in error, error
         assert by_partition[0]["split"]["groups"] > 1
     totals = run.report["totals"]
     assert (totals["cleaned"], totals["locked"], totals["failed"]) == (1, 1, 1)
@@ -380,10 +381,12 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
 
 
 def _check_split(run: JobRun, partitions: int) -> set[str]:
-    """Every partition was split (key-map slices and segment groups as tasks); the executors used."""
+    """Every partition was split over both cores (one key-map part, one writer beside it, every group
+    written once); the executors used."""
     assert run.code == 0, run.explain()
     splits = [p.get("split") for p in run.report["partitions"]]
-    assert len(splits) == partitions and all(s and s["map_parts"] == 2 and s["groups"] > 1 for s in splits), splits
+    assert len(splits) == partitions and all(s and s["map_parts"] == 1 and s["tasks"] == 2 and s["groups"] > 1
+                                             and sum(s["groups_per_task"]) == s["groups"] for s in splits), splits
     return {e for s in splits if s for e in s["executors"]}
 
 

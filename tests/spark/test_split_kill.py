@@ -1,13 +1,15 @@
 """Crashes while the Spark job cleans partitions split over many tasks (``--split-bytes 1``).
 
-In split mode the driver holds a partition's cleaner lock for the whole round; stage 1 tasks build key-map
-parts in the scratch dir, stage 2 tasks write each segment group's ``.cleaned`` segment beside its sources,
-then the driver swaps the groups in (``spark_jobs/compact_logs.py``, ``clean_split``).
+In split mode the driver holds a partition's cleaner lock for the whole round; in one stage per partition
+the tasks build the key map (its parts on a board in the scratch dir) and write each segment group's
+``.cleaned`` segment beside its sources as soon as the map has passed it, then the driver swaps the groups
+in (``spark_jobs/compact_logs.py``, ``clean_split``; ``kafkalog/maintenance/split_clean.py``).
 
 1. On a standalone cluster (a master and two one-core workers on 127.0.0.1) an executor is SIGKILLed twice
-   in one job: once while a task of a key-map stage runs, and once in a segment-group stage, after the
-   attempt's Python worker has written its group's ``.cleaned`` segment but before the executor could report
-   the result, so the retried attempt finds that segment in its way. Which task runs where comes from the
+   in one job: once while a task of a partition's split stage runs, early (the key map being built), and
+   once in a later partition's stage, after the attempt's Python worker has written ``.cleaned`` segments
+   and gone quiet but before the executor could report the result, so the retried attempt finds that
+   work on the board and in the partition dir. Which task runs where comes from the
    driver's scheduler log (``TaskSetManager`` at INFO, the rest at WARN); the executor (its JVM, pyspark's
    daemon and workers: descendants of the standalone workers, stopped and then killed by id, never by name)
    is frozen first, so what it was doing can be checked before it dies. Spark must retry the lost tasks
@@ -75,9 +77,8 @@ pytestmark = pytest.mark.spark
 
 spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 PARTITIONS = range(len(CODECS))
-# 40 segments of ~2 KB per partition: ~25 segment groups. Every split task opens the whole partition, so the
-# first key-map tasks take ~0.1 s and a group stage 1-2 s on two one-core executors: long enough to hit, and
-# the kills are aimed by the driver's log and by freezing, not by luck.
+# 40 segments of ~2 KB per partition: ~25 segment groups, a split stage of 1-2 s on two one-core executors:
+# long enough to hit, and the kills are aimed by the driver's log and by freezing, not by luck.
 SEGMENTS = 40
 SPLIT = ["--split-bytes", "1"]
 LOCAL_CONF = [f"spark.driver.extraJavaOptions={QUICK_JVM}"]  # local[2]: the executors run in the driver's JVM
@@ -172,7 +173,7 @@ class Attempt:
 
     tid: int
     stage: int
-    index: int  # the task's index in its stage: the key-map part, or the group (latest group first)
+    index: int  # the task's index in its stage
     attempt: int
     executor: str
     seen_at: float  # when this test read its "Starting" line
@@ -219,8 +220,8 @@ class DriverLog:
 
 
 def _stage_kind(stage: int) -> str:
-    """Stage 0 probes the executors; then each split partition runs a key-map stage and a group stage."""
-    return "probe" if stage == 0 else ("map" if stage % 2 else "group")
+    """Stage 0 probes the executors; then each split partition runs one stage."""
+    return "probe" if stage == 0 else "split"
 
 
 def _executor_jvms(worker_pids: Iterable[int]) -> dict[str, int]:
@@ -289,14 +290,13 @@ def _wait_idle(pids: list[int], timeout_s: float = 5.0) -> bool:
 @dataclass(frozen=True)
 class Moment:
     name: str
-    kind: str  # the stage it kills in: map or group
     after_s: float  # how long the attempt must have run (as seen here) before its executor is frozen
-    let_python_finish: bool  # freeze only the JVM first, so its Python worker completes its files
+    let_python_finish: bool  # once .cleaned segments are written; only the JVM frozen first, till its worker is quiet
 
 
 MOMENTS = [
-    Moment("kill 1, a key-map task mid-run", "map", 0.03, False),
-    Moment("kill 2, a group task whose .cleaned segment is written but whose result is not sent", "group",
+    Moment("kill 1, a split task early in its run", 0.03, False),
+    Moment("kill 2, a split task whose worker has written .cleaned segments and gone quiet, its result not sent",
            0.02, True),
 ]
 
@@ -323,13 +323,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch,
     """Freeze the attempt's executor (first only its JVM, if its Python worker is to finish its task), check
     that the driver has not seen the attempt finish, note the files, kill. None if it was too late."""
     partition_dir = round_dir.name
-    partition = int(partition_dir.rsplit("-", 1)[1])
     files: dict[str, object] = {}
-    cleaned_path = Path()
-    if moment.kind == "group":
-        groups = list(reversed(logs.groups[partition]))  # the job schedules the latest groups first
-        files["its_group"] = base = groups[attempt.index][0][0]
-        cleaned_path = log_dir / partition_dir / f"{base:020d}{names.LOG_SUFFIX}{names.CLEANED_SUFFIX}"
     if moment.let_python_finish:
         # Only while a Python worker of the executor is busy, i.e. inside this task (not still receiving it).
         pythons = _python_workers(watch, jvm)
@@ -345,7 +339,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch,
         time.sleep(0.01)
         pythons = _python_workers(watch, jvm)  # a worker forked for this very task is listed now
         files["python_finished"] = _wait_idle(pythons)
-        if not files["python_finished"] or not cleaned_path.exists():  # it never got the task: try again later
+        if not files["python_finished"] or not _in_flight(log_dir / partition_dir)["cleaned"]:  # too early: later
             os.kill(jvm, signal.SIGCONT)
             return None
     stopped = _freeze_tree(jvm)
@@ -357,9 +351,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch,
         return None
     at_s = time.perf_counter() - t0
     files.update(_in_flight(log_dir / partition_dir))
-    files["key_map_files"] = sorted(os.listdir(round_dir)) if round_dir.is_dir() else []
-    if moment.kind == "group":
-        files["its_cleaned_segment_written"] = cleaned_path.exists()
+    files["board_files"] = sorted(os.listdir(round_dir)) if round_dir.is_dir() else []
     _kill_all(stopped)
     return Kill(moment, at_s, attempt, jvm, stopped, partition_dir, files)
 
@@ -386,9 +378,9 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
                 moment = MOMENTS[len(kills)]
                 last_stage = kills[-1].attempt.stage if kills else 0
                 now = time.perf_counter()
-                candidates = [a for a in log.running() if _stage_kind(a.stage) == moment.kind
+                candidates = [a for a in log.running() if _stage_kind(a.stage) == "split"
                               and a.stage > last_stage and now - a.seen_at >= moment.after_s]
-                if candidates and moment.kind == "group" and not _in_flight(log_dir / round_dir.name)["cleaned"]:
+                if candidates and moment.let_python_finish and not _in_flight(log_dir / round_dir.name)["cleaned"]:
                     # Once the stage has written .cleaned segments beside their sources. The executor killed
                     # first may not be back yet (the rounds after it can take less than its relaunch): then
                     # this kill leaves the job without executors until the workers relaunch them.
@@ -436,7 +428,7 @@ def test_executors_killed_mid_split_stage_are_retried_to_the_same_bytes(tmp_path
     for kill in kills:
         a = kill.attempt
         retries = [r for r in log.attempts.values() if (r.stage, r.index) == (a.stage, a.index) and r.tid != a.tid]
-        print(f"  TID {a.tid} ({kill.moment.kind} stage {a.stage}, task {a.index}): {a.state} {a.lost_reason[:90]}; "
+        print(f"  TID {a.tid} (stage {a.stage}, task {a.index}): {a.state} {a.lost_reason[:90]}; "
               f"then {[(r.tid, r.attempt, r.executor, r.state) for r in retries]}")
 
     assert len(kills) == len(MOMENTS), f"{len(kills)} kills: {[k.describe() for k in kills]}\n{run.explain()}"
@@ -446,7 +438,7 @@ def test_executors_killed_mid_split_stage_are_retried_to_the_same_bytes(tmp_path
         a = kill.attempt
         assert any(r.state == "finished" for r in log.attempts.values()
                    if (r.stage, r.index) == (a.stage, a.index) and r.attempt > a.attempt), kill.describe()
-    assert kills[1].files["python_finished"] and kills[1].files["its_cleaned_segment_written"], kills[1].describe()
+    assert kills[1].files["python_finished"] and kills[1].files["cleaned"], kills[1].describe()
 
     assert run.code == 0, run.explain()
     assert run.report["status"] == "ok" and run.report["totals"]["cleaned"] == len(PARTITIONS), run.explain()

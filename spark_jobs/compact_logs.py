@@ -440,7 +440,7 @@ def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, work
         location = store.locate(target["topic"], target["partition"])
         out["log_dir"] = str(location.log_dir)
         with cleaner_lock(location.directory, timeout_s=0):
-            _remove_stale_maps(scratch, work.name)
+            _remove_stale_boards(scratch, work.name)
             groups = split_clean.plan_split(store, location, job)
             try:
                 out.update(_split_round(sc, store, location, job, common, groups, work, workers, target["run_id"]))
@@ -468,7 +468,8 @@ def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str,
     from kafkalog.errors import CleanerError
     from kafkalog.maintenance import split_clean
 
-    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work, ignore_errors=True)  # a board left by a killed run of the same id: its results are stale
+    work.mkdir(parents=True)
     parts = split_clean.map_parts_for(workers)
     tasks = max(parts, min(workers, parts + len(groups)))
     t_stage = time.time()
@@ -495,8 +496,9 @@ def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str,
                       "idle_per_task_s": [o["idle_s"] for o in outs]}}
 
 
-def _remove_stale_maps(scratch: Path, partition_dir: str) -> None:
-    """Key maps an earlier, killed run left for this partition (its cleaner lock is ours now)."""
+def _remove_stale_boards(scratch: Path, partition_dir: str) -> None:
+    """Boards (key-map parts, bits, group results) earlier, killed runs left for this partition (its cleaner
+    lock is ours now)."""
     for stale in scratch.parent.glob(f"*/{partition_dir}"):
         if stale.parent != scratch:
             shutil.rmtree(stale, ignore_errors=True)

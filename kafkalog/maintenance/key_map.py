@@ -53,8 +53,8 @@ def tracks_range(first: int, end: int) -> bool:
 
 
 class _Supersession:
-    """What a map and a map in hashed parts answer alike, from a supersession bitmap over the
-    tracked range and lookups for every other row."""
+    """What a map, a map in hashed parts and a range's final bits answer alike, from a supersession
+    bitmap over the tracked range and lookups for every other row."""
 
     _superseded: npt.NDArray[np.uint64]
     _tracked_base: int

@@ -527,12 +527,12 @@ def test_killing_the_split_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path
     assert not resumed_report.failures
 
     rerun = _submit(spark, [victim], tmp_path / "rerun.json", logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
-                    job_args=[*SPLIT, "--scratch-dir", str(scratch), "--run-id", "rerun"])
+                    job_args=[*SPLIT, "--scratch-dir", str(scratch), "--run-id", "killed"])  # its board is stale
     print(f"rerun: exit {rerun.code} after {rerun.seconds:.1f} s; cleaned "
           f"{[(p['partition'], p['status']) for p in rerun.report.get('partitions', [])]}")
     assert rerun.code == 0, rerun.explain()
     _check_split(rerun, len(rerun.report["partitions"]))
-    assert not (scratch / "rerun").exists()
+    assert not (scratch / "killed").exists()
     assert _leftovers(victim) == []
     for p in PARTITIONS:
         assert _records(victim, p) == logs.reference[p], f"partition {p}: not the single-process cleaner's records"

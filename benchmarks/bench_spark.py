@@ -15,6 +15,10 @@ all with the same ``now_ms`` and ``wall_now_ms``:
 (a) ``compact()`` (what ``kafkalog compact`` runs) in a child process, timed inside it: Python start-up,
     imports and loading the numba kernels (``warmup.warm()``, as the job's probe does in each Python
     worker) are excluded, as in ``bench_compaction``;
+(p) the limit two cores set, with no Spark (multi-partition set only): two such children started together,
+    each compacting every other partition with ``compact(topic=, partition=)``, timed from the first one's
+    start to the last one's end. On a VM whose two vCPUs slow each other down (shared host cores, one
+    clock for both), this is what any two-worker job can reach at best, measured in the same rounds;
 (b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2] --driver-java-options
     "$LEAN_JVM_OPTIONS"`` (C1 only, serial GC: see ``compact_logs.LEAN_JVM_OPTIONS``);
 (c) the same job on a standalone master with 2 one-core workers, all on 127.0.0.1, started for each run
@@ -26,7 +30,7 @@ For (b) and (c) the throughput is the job's own clean phase (``timings.clean_job
 report); session start, the executor probe and the first task's start are reported separately, as is
 spark-submit's end-to-end wall time. Before timing, an untimed small run of (a) and (b) warms the numba
 cache dir shared by the child and every executor (``--numba-cache-dir``). Rounds are interleaved
-(a, b, c on the multi-partition set, then a, b on the single partition) and each figure is the median
+(a, p, b, c on the multi-partition set, then a, b on the single partition) and each figure is the median
 over ``--runs`` rounds (default 5). Sanity checks: every run writes the same files, byte for byte (journal and lock
 files aside), and every socket a Spark process listens on is on 127.0.0.1.
 
@@ -193,11 +197,21 @@ from kafkalog.maintenance.compact import compact
 from kafkalog.maintenance.warmup import warm
 store = LogStore([Path(sys.argv[1])])
 warm()  # the kernels loaded before the clock starts, as the Spark job's probe loads them into its workers
-t1 = time.perf_counter()
-report = compact(store, now_ms=int(sys.argv[2]), wall_now_ms=int(sys.argv[3]), run_id="bench-single")
+partitions = [int(p) for p in sys.argv[5].split(",")] if len(sys.argv) > 5 else None
+if partitions is not None:  # one of a pair: wait for the other, so that both clocks start together
+    go = Path(sys.argv[4])
+    while not go.exists():
+        time.sleep(0.001)
+t1, started_at = time.perf_counter(), time.time()
+now_ms, wall_ms = int(sys.argv[2]), int(sys.argv[3])
+reports = [compact(store, now_ms=now_ms, wall_now_ms=wall_ms, run_id="bench-single")] if partitions is None else [
+    compact(store, now_ms=now_ms, wall_now_ms=wall_ms, topic="bench", partition=p, run_id="bench-pair")
+    for p in partitions]
 t2 = time.perf_counter()
-print(json.dumps({"startup_s": t1 - t0, "compact_s": t2 - t1, "failures": report.failures,
-                  "cleaned": [{"partition": r.partition, "stats": r.stats.to_dict()} for r in report.cleaned]}))
+print(json.dumps({"startup_s": t1 - t0, "compact_s": t2 - t1, "started_at": started_at, "finished_at": time.time(),
+                  "failures": [f for r in reports for f in r.failures],
+                  "cleaned": [{"partition": c.partition, "stats": c.stats.to_dict()}
+                              for r in reports for c in r.cleaned]}))
 """
 
 
@@ -217,6 +231,35 @@ def run_single(env: Env, logs: Path, expect_partitions: int) -> dict[str, Any]:
             "bytes_read": sum(c["stats"]["bytes_read"] for c in doc["cleaned"]),
             "bytes_written": sum(c["stats"]["bytes_written"] for c in doc["cleaned"]),
             "partition_s": [round(c["stats"]["map_seconds"] + c["stats"]["clean_seconds"], 3) for c in doc["cleaned"]]}
+
+
+def run_pair(env: Env, logs: Path, partitions: int) -> dict[str, Any]:
+    """(p): two plain processes started together, each compacting every other partition: what two cores
+    give this work on this machine at this moment, with no Spark at all (the ceiling for (b) and (c))."""
+    child_env = dict(os.environ, NUMBA_CACHE_DIR=str(env.numba_cache_dir))
+    go = logs.parent / "go"
+    go.unlink(missing_ok=True)
+    started = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(logs), str(env.now_ms), str(env.wall_ms), str(go),
+                               ",".join(str(p) for p in range(half, partitions, 2))],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env, cwd=REPO)
+             for half in (0, 1)]
+    time.sleep(0.5)
+    go.touch()  # both have loaded the kernels by now, or wait for nothing but the file
+    outs = [p.communicate() for p in procs]
+    wall = time.perf_counter() - started
+    go.unlink()
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        if p.returncode:
+            raise SystemExit(f"a plain process of the pair failed:\n{err[-4000:]}")
+    docs = [json.loads(out) for out, _err in outs]
+    cleaned = [c for d in docs for c in d["cleaned"]]
+    if any(d["failures"] for d in docs) or len(cleaned) != partitions:
+        raise SystemExit(f"the pair cleaned {len(cleaned)} of {partitions} partitions")
+    return {"wall_s": wall, "clean_s": max(d["finished_at"] for d in docs) - min(d["started_at"] for d in docs),
+            "start_skew_s": abs(docs[0]["started_at"] - docs[1]["started_at"]),
+            "process_s": [round(d["compact_s"], 3) for d in docs],
+            "bytes_read": sum(c["stats"]["bytes_read"] for c in cleaned)}
 
 
 # --- (b), (c) Spark ------------------------------------------------------------------------------------
@@ -333,6 +376,8 @@ def run_one(env: Env, data: DataSet, runner: str, tag: str, job_args: Sequence[s
     report = env.scratch / f"{tag}.json"
     if runner == "single":
         result = run_single(env, logs, data.partitions)
+    elif runner == "pair":
+        result = run_pair(env, logs, data.partitions)
     elif runner == "local[2]":
         result = submit(env, logs, report, master="local[2]", expect_partitions=data.partitions, job_args=job_args)
     else:
@@ -360,9 +405,9 @@ def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-RUNNERS = {"single": "(a) kafkalog compact, 1 process", "local[2]": "(b) Spark local[2]",
-           "standalone": "(c) Spark standalone, 2 workers x 1 core"}
-TAGS = {"single": "single", "local[2]": "local2", "standalone": "standalone"}
+RUNNERS = {"single": "(a) kafkalog compact, 1 process", "pair": "(p) 2 plain processes, half the partitions each",
+           "local[2]": "(b) Spark local[2]", "standalone": "(c) Spark standalone, 2 workers x 1 core"}
+TAGS = {"single": "single", "pair": "pair", "local[2]": "local2", "standalone": "standalone"}
 
 
 Results = dict[tuple[str, str], list[dict[str, Any]]]  # (data set, runner) -> one dict per round
@@ -371,7 +416,8 @@ Results = dict[tuple[str, str], list[dict[str, Any]]]  # (data set, runner) -> o
 def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results: Results,
                  runs: int) -> list[tuple[str, bool]]:
     print(f"\nMedians of {runs} run(s). MB/s = MB of log in the data set (all segments, 1 MB = 10^6 B) / clean s. "
-          "clean s: compact() inside the child for (a), the job's clean_job_s for (b) and (c). worker warm-up: "
+          "clean s: compact() inside the child for (a), from the first compact() start to the last end for (p), "
+          "the job's clean_job_s for (b) and (c). worker warm-up: "
           "the longest of the Python workers' first-task time outside map and clean (importing kafkalog, loading "
           "the numba kernels), part of clean s.\n")
     print("| data set | runner | clean s | MB/s | x (a), clean | spark-submit / child wall s | x (a), wall "
@@ -409,6 +455,16 @@ def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results:
         spread = f" (rounds {min(paired):.2f}-{max(paired):.2f}x)" if len(paired) > 1 else ""
         print(f"| local[2] / single process, {data.label()} (clean time) | >= {needed}x | {ratio:.2f}x{spread} "
               f"| {'PASS' if ok else 'FAIL'} |")
+        if (data.name, "pair") in results:  # not a target: the limit the machine sets, measured in the same rounds
+            pair_s = _median(results[(data.name, "pair")], "clean_s")
+            assert pair_s is not None
+            ceiling = [a["clean_s"] / p["clean_s"] for a, p in zip(results[(data.name, "single")],
+                                                                   results[(data.name, "pair")], strict=True)]
+            spread = f" (rounds {min(ceiling):.2f}-{max(ceiling):.2f}x)" if len(ceiling) > 1 else ""
+            print(f"| limit: 2 plain processes / single process, {data.label()} | (the 2-core ceiling) "
+                  f"| {single_s / pair_s:.2f}x{spread} | - |")
+            print(f"| local[2] / 2 plain processes, {data.label()} | (what Spark keeps of it) "
+                  f"| {pair_s / local_s:.2f}x | - |")
     for runner in ("local[2]", "standalone"):
         values = [r["session_start_s"] for (_, rn), rs in results.items() if rn == runner for r in rs]
         if values:
@@ -429,6 +485,20 @@ def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results:
     print(f"| every listening socket of spark-submit and the cluster | 127.0.0.1 | {', '.join(sorted(addresses))} "
           f"| {'PASS' if ok else 'FAIL'} |")
     return verdicts
+
+
+def _round_details(runner: str, r: dict[str, Any]) -> str:
+    if runner == "single":
+        return f", map+clean per partition {r['partition_s']}"
+    if runner == "pair":
+        return f", each process {r['process_s']} s, started {r['start_skew_s']:.3f} s apart"
+    extra = (f", session start {r['session_start_s']:.2f} s, probe {r['executor_check_s']:.2f} s, "
+             f"first task after {r['first_task_started_s']:.2f} s, slowest task {r['max_task_s']:.2f} s, "
+             f"worker warm-up in first task <= {_fmt(r['worker_warmup_s'])} s, "
+             f"tasks per executor {list(r['tasks_per_executor'].values())}")
+    if "cluster_start_s" in r:
+        extra += f", cluster start {r['cluster_start_s']:.1f} s"
+    return extra
 
 
 # --- main ----------------------------------------------------------------------------------------------
@@ -480,7 +550,7 @@ def main() -> int:
         print(f"warm-up {RUNNERS[runner]} {' '.join(job_args)}: clean {r['clean_s']:.2f} s, wall {r['wall_s']:.1f} s",
               flush=True)
 
-    sets = [(multi, infos["multi"], ["single", "local[2]", *([] if args.no_cluster else ["standalone"])]),
+    sets = [(multi, infos["multi"], ["single", "pair", "local[2]", *([] if args.no_cluster else ["standalone"])]),
             (single, infos["single"], ["single", "local[2]"])]
     results: Results = {(d.name, r): [] for d, _, rs in sets for r in rs}
     for round_ in range(args.runs):
@@ -488,15 +558,8 @@ def main() -> int:
             for runner in runners:
                 r = run_one(env, data, runner, f"{data.name}-{TAGS[runner]}-{round_ + 1}")
                 results[(data.name, runner)].append(r)
-                extra = f", map+clean per partition {r['partition_s']}" if runner == "single" else (
-                    f", session start {r['session_start_s']:.2f} s, probe {r['executor_check_s']:.2f} s, "
-                    f"first task after {r['first_task_started_s']:.2f} s, slowest task {r['max_task_s']:.2f} s, "
-                    f"worker warm-up in first task <= {_fmt(r['worker_warmup_s'])} s, "
-                    f"tasks per executor {list(r['tasks_per_executor'].values())}")
-                if "cluster_start_s" in r:
-                    extra += f", cluster start {r['cluster_start_s']:.1f} s"
                 print(f"round {round_ + 1}: {data.label()} {RUNNERS[runner]}: clean {r['clean_s']:.2f} s, "
-                      f"wall {r['wall_s']:.1f} s{extra}", flush=True)
+                      f"wall {r['wall_s']:.1f} s{_round_details(runner, r)}", flush=True)
 
     verdicts = print_tables(sets, results, args.runs)
     (DATA / "spark-results.json").write_text(json.dumps(

@@ -16,14 +16,14 @@ in (``spark_jobs/compact_logs.py``, ``clean_split``; ``kafkalog/maintenance/spli
    and the job must finish: exit 0, every partition cleaned and split, byte for byte the single-process
    result, the run's scratch dir gone and no ``.cleaned`` file left.
 2. On ``local[2]`` the whole job (spark-submit's process group, stopped at once, then it and its descendants
-   killed) is SIGKILLed in the second split partition's round: while its group tasks run (half of its groups'
+   killed) is SIGKILLed in the second split partition's round: while its split tasks run (half of its groups'
    ``.cleaned`` segments written, nothing swapped yet), or as soon as the driver's first swap has marked an old
    segment ``.deleted`` (typically mid-swap: ``.swap`` files in place). The partition before it is then wholly
    cleaned, the one after it untouched. ``kafkalog recover`` and ``kafkalog verify`` must pass, no key may lose
    its latest value, every segment group must be wholly old or wholly new, and the split job run again must
    exit 0 with the single-process cleaner's records, byte for byte what the single-process cleaner makes of
    the same recovered log dir, and byte for byte the single-process result from the original logs for every
-   partition without a group swapped in at the kill (all of them, when killed in the group stage). A
+   partition without a group swapped in at the kill (all of them, when killed in the split stage). A
    partition killed with some groups swapped in is recleaned with their smaller segments grouped anew (by
    either cleaner), so its segments differ from a one-pass result while its records do not.
 

@@ -20,6 +20,7 @@ from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import split_clean
 from kafkalog.maintenance.cleaner import (
+    CleanContext,
     CleanerStats,
     _read_batches,
     build_key_map,
@@ -38,6 +39,15 @@ def _two_rounds_of_data(tmp_path: Path) -> tuple[LogStore, Path]:
         put(log, [(f"k{i % 40}", None if i % 9 == 0 else f"again-{i}") for i in range(300)], batch_records=3)
         put(log, [("tail", "active")])
     return store, tmp_path / "logs"
+
+
+def _second_round(tmp_path: Path) -> CleanContext:
+    """The context of the second round over ``_two_rounds_of_data``: a clean prefix, then the dirty range."""
+    store, _ = _two_rounds_of_data(tmp_path)
+    location = store.locate("t", 0)
+    active = store.open_log(location, read_only=True).active_segment.base_offset
+    first_dirty = cleaner_checkpoint(tmp_path / "logs")[("t", 0)]
+    return open_clean_context(store, location, first_dirty, active, now_ms=T0, wall_now_ms=T0)
 
 
 def _split_round(store: LogStore, scratch: Path, parts: int, first_dirty: int, now: int, workers: int = 1,
@@ -91,11 +101,8 @@ def test_split_round_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int, wo
 
 def test_final_bits_come_latest_segment_first_and_are_the_map_s(tmp_path: Path) -> None:
     """Built backwards, the map's bits of every offset from a segment on are final once it is in."""
-    store, _ = _two_rounds_of_data(tmp_path)
-    location = store.locate("t", 0)
-    active = store.open_log(location, read_only=True).active_segment.base_offset
-    first_dirty = cleaner_checkpoint(tmp_path / "logs")[("t", 0)]
-    ctx = open_clean_context(store, location, first_dirty, active, now_ms=T0, wall_now_ms=T0)
+    ctx = _second_round(tmp_path)
+    first_dirty, active = ctx.first_dirty_offset, ctx.first_uncleanable_offset
     seen: list[tuple[int, np.ndarray]] = []
     whole = build_key_map(ctx, CleanerStats(), set(), on_final=lambda s, m: seen.append(
         (s.base_offset, m._superseded.copy())))
@@ -148,11 +155,8 @@ def test_a_failed_worker_stops_the_others_and_the_driver_refuses_the_round(tmp_p
 
 
 def test_hashed_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
-    store, _ = _two_rounds_of_data(tmp_path)
-    location = store.locate("t", 0)
-    active = store.open_log(location, read_only=True).active_segment.base_offset
-    first_dirty = cleaner_checkpoint(tmp_path / "logs")[("t", 0)]
-    ctx = open_clean_context(store, location, first_dirty, active, now_ms=T0, wall_now_ms=T0)
+    ctx = _second_round(tmp_path)
+    first_dirty = ctx.first_dirty_offset
     whole_stats, whole_verified = CleanerStats(), set[int]()
     whole = build_key_map(ctx, whole_stats, whole_verified)
     parts, stats, verified = [], [CleanerStats() for _ in range(4)], [set[int]() for _ in range(4)]

@@ -475,8 +475,8 @@ def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str,
     t_stage = time.time()
     # One stage: every task maps a free key-map part or writes the groups the map has passed (the
     # latest first), on the board in ``work``; each returns once every group is written.
-    outs = sc.parallelize([{**common, "groups": groups, "board": str(work), "parts": parts, "task": t}
-                           for t in range(tasks)], tasks).map(split_task).collect()
+    item = {**common, "groups": groups, "board": str(work), "parts": parts}  # the same for every task
+    outs = sc.parallelize([item] * tasks, tasks).map(split_task).collect()
     t_swap = time.time()
     failed = [o for o in outs if not o["ok"]]
     if failed:  # the first failure, as the board has it, rather than the workers that stopped for it

@@ -480,7 +480,7 @@ def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str,
     t_swap = time.time()
     failed = [o for o in outs if not o["ok"]]
     if failed:  # the first failure, as the board has it, rather than the workers that stopped for it
-        board_error = (split_clean.Board(work, groups, parts).read_json("failed.json") or {}).get("error")
+        board_error = split_clean.Board(work, groups, parts).failure()
         raise CleanerError(f"{len(failed)} of {len(outs)} tasks of the split round failed, the partition is left "
                            f"as it was; first: {board_error or failed[0]['error']} (executor {failed[0]['executor']})")
     written, maps = split_clean.collect(work, groups, parts)

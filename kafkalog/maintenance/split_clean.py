@@ -101,7 +101,7 @@ class Board:
 
     def __init__(self, directory: Path, groups: list[list[int]], parts: int) -> None:
         self.directory, self.groups, self.parts = directory, groups, parts
-        self._done: dict[int, dict[str, Any]] = {}  # results seen: only ever added
+        self._results: dict[str, dict[str, Any]] = {}  # results seen: published once, never changed
         self._bits: set[tuple[int, int]] = set()
 
     def _path(self, name: str) -> Path:
@@ -111,7 +111,7 @@ class Board:
         return self._path(f"map-{part}-of-{self.parts}")
 
     def _bits_path(self, part: int, base: int) -> Path:
-        return self._path(f"bits-{part}-{base}.npy")
+        return self._path(f"bits-{part}-{base}")
 
     @contextlib.contextmanager
     def claim(self, name: str) -> Iterator[bool]:
@@ -128,23 +128,27 @@ class Board:
         finally:
             os.close(fd)  # releases the lock
 
-    def _publish(self, path: Path, write: Any) -> None:
+    def _publish(self, path: Path, data: bytes) -> None:
+        # Whole or absent, by rename: a reader never sees a torn file. Not fsynced (unlike
+        # checkpoint.atomic_write_bytes): a board does not outlive its round, a crash discards it.
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)  # whole or absent: a reader never sees a torn file
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
     def publish_json(self, name: str, doc: dict[str, Any]) -> None:
-        self._publish(self._path(name), lambda f: f.write(json.dumps(doc).encode()))
+        self._publish(self._path(name), json.dumps(doc).encode())
 
     def read_json(self, name: str) -> dict[str, Any] | None:
-        try:
-            return dict(json.loads(self._path(name).read_bytes()))
-        except FileNotFoundError:
-            return None
+        """A published document; once seen, it is not read again (results never change)."""
+        if name not in self._results:
+            try:
+                self._results[name] = dict(json.loads(self._path(name).read_bytes()))
+            except FileNotFoundError:
+                return None
+        return self._results[name]
 
     def publish_bits(self, part: int, base: int, words: np.ndarray[Any, Any]) -> None:
-        self._publish(self._bits_path(part, base), lambda f: np.save(f, words))
+        self._publish(self._bits_path(part, base), np.ascontiguousarray(words, dtype=np.uint64).tobytes())
 
     def has_bits(self, base: int) -> bool:
         """Whether every part has published the final bits of the segment at ``base``."""
@@ -156,27 +160,27 @@ class Board:
         return True
 
     def read_bits(self, part: int, base: int) -> np.ndarray[Any, Any]:
-        return np.asarray(np.load(self._bits_path(part, base)), dtype=np.uint64)
+        return np.fromfile(self._bits_path(part, base), dtype=np.uint64)
 
     def map_done(self, part: int) -> dict[str, Any] | None:
         return self.read_json(f"map-{part}.json")
 
     def group_done(self, base: int) -> dict[str, Any] | None:
-        if base not in self._done:
-            doc = self.read_json(f"group-{base}.json")
-            if doc is None:
-                return None
-            self._done[base] = doc
-        return self._done[base]
+        return self.read_json(f"group-{base}.json")
 
     def fail(self, message: str) -> None:
-        if not self._path("failed.json").exists():
+        if self.failure() is None:
             self.publish_json("failed.json", {"error": message, "pid": os.getpid()})
 
-    def check_failed(self) -> None:
+    def failure(self) -> str | None:
+        """The first failure a worker of the round published, if any."""
         failed = self.read_json("failed.json")
-        if failed is not None:
-            raise CleanerError(f"another worker of the round failed: {failed['error']}")
+        return None if failed is None else str(failed["error"])
+
+    def check_failed(self) -> None:
+        failure = self.failure()
+        if failure is not None:
+            raise CleanerError(f"another worker of the round failed: {failure}")
 
 
 class _Worker:

@@ -126,7 +126,7 @@ def test_a_part_left_by_a_dead_worker_is_built_again(tmp_path: Path) -> None:
     clean(store, store.locate("t", 0), first_dirty=first_dirty, now=T0)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    (scratch / "bits-0-999999.npy").write_bytes(b"torn")  # a segment that is not there: never read
+    (scratch / "bits-0-999999").write_bytes(b"torn")  # a segment that is not there: never read
     (scratch / "map-0.lock").touch()
     done = _split_round(split_store, scratch, 1, first_dirty, T0, workers=2)
     assert live_digest(tmp_path / "split") == live_digest(logs)

@@ -165,6 +165,12 @@ class KeyMap(_Supersession):
         self._size += added
         self.records += inserted
 
+    def superseded_words(self, first: int, end: int) -> npt.NDArray[np.uint64]:
+        """The bitmap's words that cover the offsets ``[first, end)`` (with their neighbours' bits in
+        the edge words), to publish once those offsets' bits are final (``FinalBits.of_words``)."""
+        lo = _word(self._tracked_base, max(first, self._tracked_base))
+        return self._superseded[lo:_word(self._tracked_base, end + 63)]
+
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
 
@@ -264,11 +270,28 @@ class FinalBits(_Supersession):
         self._inserted = (first, min(end, latest_offset + 1) - 1)
         self.latest_offset = latest_offset  # the whole map's: records past it are kept
 
+    @classmethod
+    def of_words(cls, pieces: Sequence[tuple[int, npt.NDArray[np.uint64]]], tracked: tuple[int, int], first: int,
+                 end: int, latest_offset: int) -> FinalBits:
+        """The final bits of ``[first, end)`` from ``superseded_words`` of a map (or of each hashed part:
+        they OR together) tracking ``tracked``, each piece given with the first offset it covers."""
+        base, tracked_end = tracked
+        bits = np.zeros(_word(base, tracked_end + 63), dtype=np.uint64)
+        for offset, words in pieces:
+            lo = _word(base, offset)
+            bits[lo:lo + len(words)] |= words
+        return cls(bits, base, first, end, latest_offset)
+
     def lookup(self, columns: RecordColumns, rows: I64) -> I64:
         if not len(rows):
             return np.empty(0, dtype=np.int64)
         raise CleanerError(f"{len(rows)} rows outside the offsets [{self._inserted[0]}, {self._inserted[1]}] whose "
                            "final supersession bits are known: they need the whole key map")
+
+
+def _word(base: int, offset: int) -> int:
+    """The index of the bitmap word that holds ``offset``'s bit."""
+    return (offset - base) >> 6
 
 
 def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,

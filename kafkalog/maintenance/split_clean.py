@@ -195,7 +195,6 @@ class _Worker:
         self._upper = {b: (bases[i + 1] if i + 1 < len(bases) else self.ctx.end_offset) for i, b in enumerate(bases)}
         start, end = job.first_dirty_offset, self.ctx.end_offset
         self._tracked = tracks_range(start, end)
-        self._words = (end - start + 63) // 64 if self._tracked else 0
         # Groups whose every record the final bits answer; the others need the whole map.
         self._from_bits = {g[0]: self._tracked and g[0] >= start and all(b in self._by_base for b in g)
                            for g in board.groups}  # (a group whose segments are gone fails in _write)
@@ -234,11 +233,10 @@ class _Worker:
         start = self.job.first_dirty_offset
 
         def publish(segment: LogSegment, key_map: KeyMap) -> None:
-            if not self._tracked:
-                return
-            lo = (max(segment.base_offset, start) - start) >> 6
-            hi = (min(self._upper[segment.base_offset], self.ctx.end_offset) - start + 63) >> 6
-            self.board.publish_bits(part, segment.base_offset, key_map._superseded[lo:hi])
+            if self._tracked:
+                base = segment.base_offset
+                self.board.publish_bits(part, base, key_map.superseded_words(
+                    max(base, start), min(self._upper[base], self.ctx.end_offset)))
 
         key_map = build_key_map(self.ctx, stats, set(), part=part, parts=self.board.parts, on_final=publish)
         saved = not all(self._from_bits.values())
@@ -278,14 +276,10 @@ class _Worker:
         latest = self.ctx.end_offset - 1
         key_map: FinalBits | HashedKeyMap
         if self._from_bits[sources[0]]:
-            start = self.job.first_dirty_offset
-            bits = np.zeros(self._words, dtype=np.uint64)
-            for base in sources:
-                lo = (base - start) >> 6
-                for part in range(self.board.parts):
-                    words = self.board.read_bits(part, base)
-                    bits[lo:lo + len(words)] |= words
-            key_map = FinalBits(bits, start, sources[0], self._upper[sources[-1]], latest)
+            key_map = FinalBits.of_words([(base, self.board.read_bits(part, base)) for base in sources
+                                          for part in range(self.board.parts)],
+                                         (self.job.first_dirty_offset, self.ctx.end_offset), sources[0],
+                                         self._upper[sources[-1]], latest)
         else:
             if self._maps is None:
                 self._maps = HashedKeyMap([KeyMap.load(self.board.map_prefix(p)) for p in range(self.board.parts)],

@@ -298,24 +298,18 @@ def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[st
     if doc["status"] != "ok" or doc["totals"]["cleaned"] != expect_partitions:
         raise SystemExit(f"the job cleaned {doc['totals']['cleaned']} of {expect_partitions} partitions "
                          f"({doc['status']}); see {report}")
-    t = doc["timings"]
-    executors: dict[str, int] = {}
-    first_task: dict[int, dict[str, Any]] = {}
-    for p in sorted(doc["partitions"], key=lambda p: p["task_started_at"]):
-        executors[p["executor"]] = executors.get(p["executor"], 0) + 1
-        first_task.setdefault(p["pid"], p)
-    # A Python worker's first task also imports kafkalog and loads the numba kernels from the cache. A
-    # split partition is no worker's task: its task_s is the driver's round (stages, swaps) and its map
-    # and clean seconds are the slowest part of each stage, so the difference is not a warm-up.
-    warmup = [p["task_s"] - p["stats"]["map_seconds"] - p["stats"]["clean_seconds"] for p in first_task.values()
-              if "split" not in p]
+    t, stage = doc["timings"], doc["spark"]["stage"]
+    # One task per core works on every partition's round (groups of one, the key map of another): per
+    # task, the groups it wrote and the time it waited for work; the first task's start is Spark's.
     return {"wall_s": wall, "clean_s": t["clean_job_s"], "session_start_s": t["session_start_s"],
             "executor_check_s": t["executor_check_s"], "first_task_started_s": t["first_task_started_s"],
-            "first_task_finished_s": t["first_task_finished_s"], "plan_s": t["plan_s"],
+            "first_partition_done_s": t.get("first_partition_done_s"), "plan_s": t["plan_s"],
             "jvm_start_to_driver_s": t.get("jvm_start_to_driver_s"), "job_total_s": t["total_s"],
             "bytes_read": doc["totals"]["bytes_read"], "bytes_written": doc["totals"]["bytes_written"],
-            "max_task_s": max(p["task_s"] for p in doc["partitions"]), "tasks_per_executor": executors,
-            "worker_warmup_s": max(warmup) if warmup else None, "python_workers": len(first_task),
+            "plan_rounds_s": stage["plan_rounds_s"], "stage_s": stage["stage_s"], "task_s": stage["task_s"],
+            "groups_per_task": stage["groups_per_task"], "idle_per_task_s": stage["idle_per_task_s"],
+            "executors": stage["executors"], "worker_warmup_s": doc["spark"]["worker_warmup_s"],
+            "python_workers": doc["spark"]["python_workers_warmed"],
             "listening": sorted(listening)}
 
 
@@ -387,7 +381,7 @@ def run_one(env: Env, data: DataSet, runner: str, tag: str, job_args: Sequence[s
                             conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"])
         result["cluster_start_s"] = cluster_s
         result["listening"] = sorted(listening | set(result["listening"]))
-        spread = result["tasks_per_executor"]
+        spread = result["executors"]
         if len(spread) != 2 or "driver" in spread:
             raise SystemExit(f"standalone run did not use both workers' executors: {spread}")
     result["digest"] = _digest(logs)
@@ -418,8 +412,8 @@ def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results:
     print(f"\nMedians of {runs} run(s). MB/s = MB of log in the data set (all segments, 1 MB = 10^6 B) / clean s. "
           "clean s: compact() inside the child for (a), from the first compact() start to the last end for (p), "
           "the job's clean_job_s for (b) and (c). worker warm-up: "
-          "the longest of the Python workers' first-task time outside map and clean (importing kafkalog, loading "
-          "the numba kernels), part of clean s.\n")
+          "the longest a Python worker took to import kafkalog and load the numba kernels, in the executor probe "
+          "(before clean s).\n")
     print("| data set | runner | clean s | MB/s | x (a), clean | spark-submit / child wall s | x (a), wall "
           "| session start s | executor probe s | first task started s | worker warm-up s | cluster start s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -493,9 +487,9 @@ def _round_details(runner: str, r: dict[str, Any]) -> str:
     if runner == "pair":
         return f", each process {r['process_s']} s, started {r['start_skew_s']:.3f} s apart"
     extra = (f", session start {r['session_start_s']:.2f} s, probe {r['executor_check_s']:.2f} s, "
-             f"first task after {r['first_task_started_s']:.2f} s, slowest task {r['max_task_s']:.2f} s, "
-             f"worker warm-up in first task <= {_fmt(r['worker_warmup_s'])} s, "
-             f"tasks per executor {list(r['tasks_per_executor'].values())}")
+             f"rounds planned in {r['plan_rounds_s']:.2f} s, first task after {r['first_task_started_s']:.2f} s, "
+             f"first partition swapped in after {_fmt(r['first_partition_done_s'])} s, tasks {r['task_s']} s, "
+             f"groups per task {r['groups_per_task']}, idle per task {r['idle_per_task_s']} s")
     if "cluster_start_s" in r:
         extra += f", cluster start {r['cluster_start_s']:.1f} s"
     return extra

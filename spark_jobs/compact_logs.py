@@ -32,6 +32,7 @@ import os
 import shutil
 import socket
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -44,7 +45,8 @@ REPORT_VERSION = 1
 LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
-MIN_SPLIT_BYTES = 64 << 20  # below this, a partition's own task beats the extra stage of a split
+MIN_SPLIT_BYTES = 64 << 20  # below this, a key map in parts costs more than it saves
+DRIVER_POLL_S = 0.01  # how often the driver looks for rounds to swap in while the stage runs
 # The JVMs of this job only schedule tasks and pass small dicts: C2's compiler thread, warming up
 # Spark's own code through the job, used 1.0-1.35 of the 2 cores' seconds of a 2.6 s clean phase on
 # local[2] here, taken from the Python workers that do the cleaning; C1 alone and one GC thread cost
@@ -155,70 +157,33 @@ def probe_dirs(log_dirs: Sequence[str], expected: dict[str, list[str]], cache_di
     return seen
 
 
-def clean_one(target: dict[str, Any]) -> dict[str, Any]:
-    """Clean one partition in this executor; every outcome becomes a small dict, never an exception."""
-    _set_numba_cache(target["numba_cache_dir"])
-    started = time.time()
-    out: dict[str, Any] = {
-        "topic": target["topic"], "partition": target["partition"], "ok": False, "status": "failed",
-        "error": None, "error_type": None, "first_dirty_offset": target["first_dirty_offset"],
-        "first_uncleanable_offset": target["first_uncleanable_offset"], "host": socket.gethostname(),
-        "executor": executor_name(), "pid": os.getpid(), "task_started_at": started,
-    }
-    try:
-        from kafkalog.errors import KafkaLogError, LogLockedError
-        from kafkalog.log.config import BrokerConfig
-        from kafkalog.log.store import LogStore
-        from kafkalog.maintenance.cleaner import clean_partition
-        from kafkalog.maintenance.warmup import warm
-    except ImportError as exc:
-        out.update(error=f"cannot import kafkalog on executor {socket.gethostname()} ({exc}); "
-                         f"spark.pyspark.python must be a Python with kafkalog installed",
-                   error_type=type(exc).__name__, task_finished_at=time.time())
-        return out
-    try:
-        warm()  # idempotent: free after the probe's; a worker that got no probe task loads and freezes here
-        for d in target["log_dirs"]:
-            if not os.path.isdir(d):
-                raise FileNotFoundError(f"log dir {d} does not exist on executor {socket.gethostname()}: {SHARED_HINT}")
-        store = LogStore(target["log_dirs"], BrokerConfig.from_properties(target["broker_properties"]))
-        location = store.locate(target["topic"], target["partition"])
-        out["log_dir"] = str(location.log_dir)
-        result = clean_partition(store, location, target["first_dirty_offset"], target["first_uncleanable_offset"],
-                                 now_ms=target["now_ms"], wall_now_ms=target["wall_now_ms"], run_id=target["run_id"])
-        out.update(ok=True, status="cleaned", end_offset=result.end_offset,
-                   groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict())
-    except LogLockedError as exc:
-        out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
-    except (KafkaLogError, OSError) as exc:
-        out.update(error=str(exc), error_type=type(exc).__name__)
-    except Exception as exc:  # a bug: report it with this partition rather than abort every other one
-        out.update(error=f"unexpected {type(exc).__name__}: {exc}", error_type=type(exc).__name__,
-                   traceback=traceback.format_exc(limit=8))
-    out["task_finished_at"] = time.time()
-    return out
-
-
-def split_task(item: dict[str, Any]) -> dict[str, Any]:
-    """One worker of a split partition's round (``kafkalog.maintenance.split_clean.run_split_task``):
-    key-map parts nobody holds, then the groups they have passed, until every group is written.
-    A failure comes back as a dict."""
+def round_task(item: dict[str, Any]) -> dict[str, Any]:
+    """One worker of the job's cleaning stage (``kafkalog.maintenance.split_clean.run_split_task``): the
+    ready segment groups and the free key-map parts of every round, until each round is complete or
+    failed. A round's failure is published on its board; anything else comes back as a dict."""
     _set_numba_cache(item["numba_cache_dir"])
     started = time.time()
-    out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "pid": os.getpid(),
-                           "task_started_at": started}
+    out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "host": socket.gethostname(),
+                           "pid": os.getpid(), "task_started_at": started}
     try:
         from kafkalog.log.config import BrokerConfig
         from kafkalog.log.store import LogStore
         from kafkalog.maintenance import split_clean
         from kafkalog.maintenance.warmup import warm
-
-        warm()  # as in clean_one
+    except ImportError as exc:
+        out.update(error=f"cannot import kafkalog on executor {socket.gethostname()} ({exc}); "
+                         f"spark.pyspark.python must be a Python with kafkalog installed", task_finished_at=time.time())
+        return out
+    try:
+        warm()  # idempotent: free after the probe's; a worker that got no probe task loads and freezes here
+        for d in item["log_dirs"]:
+            if not os.path.isdir(d):
+                raise FileNotFoundError(f"log dir {d} does not exist on executor {socket.gethostname()}: {SHARED_HINT}")
         store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
-        job = split_clean.SplitRound(**item["round"])
-        out.update(split_clean.run_split_task(store, job, item["groups"], Path(item["board"]), item["parts"]))
+        plans = [split_clean.RoundPlan.from_dict(r) for r in item["rounds"]]
+        out.update(split_clean.run_split_task(store, plans, executor_name()))
         out["ok"] = True
-    except Exception as exc:  # noqa: BLE001 - reported with the partition, which is then left untouched
+    except Exception as exc:  # noqa: BLE001 - reported with the rounds it leaves undone
         out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
     out["task_finished_at"] = time.time()
     return out
@@ -391,14 +356,14 @@ def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: A
             "warmup_errors": sorted({v["warm_error"] for v in views if v.get("warm_error")})}
 
 
-# --- driver: a partition split over many tasks -----------------------------------------------------------
+# --- driver: the rounds -----------------------------------------------------------------------------------
 def recopy_bytes(store: Any, target: dict[str, Any]) -> int:
     """The bytes a round recopies: every segment below the first uncleanable offset."""
     from kafkalog.log import names
 
     try:
         directory = store.locate(target["topic"], target["partition"]).directory
-    except Exception:  # noqa: BLE001 - a partition gone since planning fails in its own task
+    except Exception:  # noqa: BLE001 - a partition gone since planning fails when its round is planned
         return 0
     total = 0
     for path in directory.iterdir():
@@ -409,91 +374,158 @@ def recopy_bytes(store: Any, target: dict[str, Any]) -> int:
     return total
 
 
-def choose_splits(shipped: Targets, sizes: list[int], split_bytes: int | None, parallelism: int) -> list[bool]:
-    """Which partitions to split: those whose recopy exceeds their fair share of the cores."""
-    if parallelism < 2 or split_bytes == 0:
-        return [False] * len(shipped)
+def choose_map_parts(sizes: list[int], split_bytes: int | None, parallelism: int) -> list[int]:
+    """Key-map parts per round: a partition whose recopy exceeds its fair share of the cores has its map
+    built by several tasks at once (hash-shared parts); any other by one task."""
+    from kafkalog.maintenance.split_clean import map_parts_for
+
+    parts = map_parts_for(parallelism)
+    if parts < 2 or split_bytes == 0:
+        return [1] * len(sizes)
     threshold = split_bytes if split_bytes is not None else max(MIN_SPLIT_BYTES, sum(sizes) // parallelism)
-    return [size > threshold for size in sizes]
+    return [parts if size > threshold else 1 for size in sizes]
 
 
-def clean_split(sc: Any, store: Any, target: dict[str, Any], scratch: Path, workers: int) -> dict[str, Any]:
-    """One partition's round over ``workers`` tasks, the driver holding its cleaner lock throughout: key-map
-    parts and segment groups in one stage (``split_clean.run_split_task``), then the swaps here."""
-    from kafkalog.errors import KafkaLogError, LogLockedError
-    from kafkalog.log.lock import cleaner_lock
-    from kafkalog.maintenance import split_clean
+class DriverRound:
+    """One partition's round as the driver runs it: its cleaner lock, held from planning until its
+    groups are swapped in or discarded, its plan, and the partition's entry in the report."""
 
+    def __init__(self, target: dict[str, Any], started: float) -> None:
+        self.target = target
+        self.lock = contextlib.ExitStack()
+        self.location: Any = None
+        self.plan: Any = None
+        self.ctx: Any = None  # the round's context as planned: the swaps use it
+        self.board: Any = None
+        self.out: dict[str, Any] = {
+            "topic": target["topic"], "partition": target["partition"], "ok": False, "status": "failed",
+            "error": None, "error_type": None, "first_dirty_offset": target["first_dirty_offset"],
+            "first_uncleanable_offset": target["first_uncleanable_offset"], "task_started_at": started}
+
+    def prepare(self, store: Any, scratch: Path, parts: int) -> bool:
+        """Lock, resolve leftovers, plan the groups, make the board; False (and the report says why) if
+        the partition is locked by another cleaner or cannot be planned."""
+        from kafkalog.errors import KafkaLogError, LogLockedError
+        from kafkalog.log.lock import cleaner_lock
+        from kafkalog.maintenance import split_clean
+
+        t = self.target
+        job = split_clean.SplitRound(t["topic"], t["partition"], t["first_dirty_offset"],
+                                     t["first_uncleanable_offset"], t["now_ms"], t["wall_now_ms"])
+        try:
+            self.location = store.locate(t["topic"], t["partition"])
+            self.out["log_dir"] = str(self.location.log_dir)
+            self.lock.enter_context(cleaner_lock(self.location.directory, timeout_s=0))
+            board = scratch / self.location.directory.name
+            _remove_stale_boards(scratch, board.name)
+            shutil.rmtree(board, ignore_errors=True)  # left by a killed run of the same id: its results are stale
+            board.mkdir(parents=True)
+            self.plan, self.ctx = split_clean.plan_round(store, self.location, job, board, parts)
+            self.board = split_clean.Board(self.plan)
+            return True
+        except LogLockedError as exc:
+            self.out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
+        except (KafkaLogError, OSError) as exc:
+            self.out.update(error=str(exc), error_type=type(exc).__name__)
+        self.end()
+        return False
+
+    def finish(self, run_id: str, stage_started: float, no_worker_error: str) -> None:
+        """Swap the round in if every part and group is published, else discard it; release the lock."""
+        from kafkalog.errors import KafkaLogError
+        from kafkalog.maintenance import split_clean
+
+        done_at = time.time()
+        try:
+            if self.board.failure() is None and not self.board.complete() and no_worker_error:
+                raise _RoundNotDone(f"no worker finished the round: {no_worker_error}")
+            written, maps = split_clean.collect(self.plan)
+            result = split_clean.swap_and_finish(self.ctx, written, maps, run_id=run_id)
+        except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
+            # Its .cleaned segments go while the lock is still held; a group swapped already has none left.
+            split_clean.discard(self.location, [g[0] for g in self.plan.groups])
+            expected = isinstance(exc, (KafkaLogError, OSError, _RoundNotDone))
+            self.out.update(error=str(exc) if expected else f"unexpected {type(exc).__name__}: {exc}",
+                            error_type=type(exc).__name__)
+        else:
+            self.out.update(ok=True, status="cleaned", error=None, end_offset=result.end_offset,
+                            groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
+                            round={"map_parts": self.plan.parts, "groups": len(self.plan.groups),
+                                   "workers": sorted({d.get("worker", "") for d in (*maps, *written)}),
+                                   "map_task_s": [round(m["map_seconds"], 3) for m in maps],
+                                   "group_task_s": [round(w["stats"]["clean_seconds"], 3) for w in written],
+                                   "done_s": round(done_at - stage_started, 3),
+                                   "swap_s": round(time.time() - done_at, 3)})
+        finally:
+            self.end()
+
+    def end(self) -> None:
+        """Release the cleaner lock (once)."""
+        if "task_finished_at" not in self.out:
+            self.lock.close()
+            self.out["task_finished_at"] = time.time()
+
+
+class _RoundNotDone(Exception):
+    """The stage ended with the round neither complete nor failed on its board."""
+
+
+def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts: list[int], scratch: Path,
+                 run_id: str) -> tuple[Targets, dict[str, Any]]:
+    """Every partition's round in one stage of one task per core (``round_task``), biggest first; each
+    round swapped in here as soon as its board is complete, while the stage goes on with the others.
+    Returns the partitions' report entries and the stage's."""
     started = time.time()
-    out: dict[str, Any] = {
-        "topic": target["topic"], "partition": target["partition"], "ok": False, "status": "failed",
-        "error": None, "error_type": None, "first_dirty_offset": target["first_dirty_offset"],
-        "first_uncleanable_offset": target["first_uncleanable_offset"], "host": socket.gethostname(),
-        "executor": "split", "pid": os.getpid(), "task_started_at": started,
-    }
-    job = split_clean.SplitRound(target["topic"], target["partition"], target["first_dirty_offset"],
-                                 target["first_uncleanable_offset"], target["now_ms"], target["wall_now_ms"])
-    common = {k: target[k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
-    common["round"] = job.__dict__
-    work = scratch / f"{target['topic']}-{target['partition']}"
+    rounds, results = [], []
+    for i in sorted(range(len(shipped)), key=lambda i: -sizes[i]):  # biggest first, the small ones end the stage
+        r = DriverRound(shipped[i], started)
+        if r.prepare(store, scratch, parts[i]):
+            rounds.append(r)
+        else:
+            results.append(r.out)
+    stage: dict[str, Any] = {"rounds": len(rounds), "plan_rounds_s": round(time.time() - started, 3)}
+    if not rounds:
+        return results, stage
     try:
-        location = store.locate(target["topic"], target["partition"])
-        out["log_dir"] = str(location.log_dir)
-        with cleaner_lock(location.directory, timeout_s=0):
-            _remove_stale_boards(scratch, work.name)
-            groups = split_clean.plan_split(store, location, job)
+        common = {k: shipped[0][k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
+        item = {**common, "rounds": [r.plan.to_dict() for r in rounds]}  # the same for every task
+        work = sum(r.plan.parts + len(r.plan.groups) for r in rounds)
+        tasks = max(1, min(sc.defaultParallelism, work))
+        outcome: dict[str, Any] = {}
+
+        def run_stage() -> None:
             try:
-                out.update(_split_round(sc, store, location, job, common, groups, work, workers, target["run_id"]))
-            except Exception:
-                # Whatever failed (a task, a whole Spark stage, a swap), the round's .cleaned segments go
-                # while the lock is still held; a group swapped already has none left.
-                split_clean.discard(location, [g[0] for g in groups])
-                raise
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-    except LogLockedError as exc:
-        out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
-    except (KafkaLogError, OSError) as exc:
-        out.update(error=str(exc), error_type=type(exc).__name__)
-    except Exception as exc:  # a Spark stage failed (a task lost too often): this partition fails, not the job
-        out.update(error=f"a Spark stage of the split round failed: {type(exc).__name__}: "
-                         f"{str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ''}",
-                   error_type=type(exc).__name__)
-    out["task_finished_at"] = time.time()
-    return out
+                outcome["outs"] = sc.parallelize([item] * tasks, tasks).map(round_task).collect()
+            except Exception as exc:  # noqa: BLE001 - a task lost too often: what is not complete fails
+                first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+                outcome["error"] = f"the Spark stage failed: {type(exc).__name__}: {first}"
 
-
-def _split_round(sc: Any, store: Any, location: Any, job: Any, common: dict[str, Any], groups: list[list[int]],
-                 work: Path, workers: int, run_id: str) -> dict[str, Any]:
-    from kafkalog.errors import CleanerError
-    from kafkalog.maintenance import split_clean
-
-    shutil.rmtree(work, ignore_errors=True)  # a board left by a killed run of the same id: its results are stale
-    work.mkdir(parents=True)
-    parts = split_clean.map_parts_for(workers)
-    tasks = max(parts, min(workers, parts + len(groups)))
-    t_stage = time.time()
-    # One stage: every task maps a free key-map part or writes the groups the map has passed (the
-    # latest first), on the board in ``work``; each returns once every group is written.
-    item = {**common, "groups": groups, "board": str(work), "parts": parts}  # the same for every task
-    outs = sc.parallelize([item] * tasks, tasks).map(split_task).collect()
-    t_swap = time.time()
-    failed = [o for o in outs if not o["ok"]]
-    if failed:  # the first failure, as the board has it, rather than the workers that stopped for it
-        board_error = split_clean.Board(work, groups, parts).failure()
-        raise CleanerError(f"{len(failed)} of {len(outs)} tasks of the split round failed, the partition is left "
-                           f"as it was; first: {board_error or failed[0]['error']} (executor {failed[0]['executor']})")
-    written, maps = split_clean.collect(work, groups, parts)
-    result = split_clean.swap_and_finish(store, location, job, written, maps, run_id=run_id)
-    return {"ok": True, "status": "cleaned", "end_offset": result.end_offset,
-            "groups": [[list(old), new] for old, new in result.groups], "stats": result.stats.to_dict(),
-            "split": {"map_parts": parts, "tasks": tasks, "groups": len(groups),
-                      "stage_s": round(t_swap - t_stage, 3), "swap_s": round(time.time() - t_swap, 3),
-                      "executors": sorted({o["executor"] for o in outs}),
-                      "map_task_s": [round(m["map_seconds"], 3) for m in maps],
-                      "group_task_s": [round(w["stats"]["clean_seconds"], 3) for w in written],
-                      "groups_per_task": [len(o["groups_written"]) for o in outs],
-                      "idle_per_task_s": [o["idle_s"] for o in outs]}}
+        runner = threading.Thread(target=run_stage, name="kafkalog-clean-stage", daemon=True)
+        runner.start()
+        pending = list(rounds)
+        while pending:
+            stage_over = not runner.is_alive()  # looked at before the boards: what they show then is final
+            for r in [r for r in pending if stage_over or r.board.settled()]:
+                pending.remove(r)
+                failed = [o for o in outcome.get("outs", []) if not o["ok"]]
+                no_worker = outcome.get("error") or (failed[0]["error"] if failed else "") or "the stage ended"
+                r.finish(run_id, started, no_worker if stage_over else "")
+                results.append(r.out)
+            if pending:
+                runner.join(timeout=DRIVER_POLL_S)
+        runner.join()
+    finally:
+        for r in rounds:  # the driver itself failed (Spark, a bug): the locks still go, recovery does the rest
+            r.end()
+    outs = outcome.get("outs", [])
+    stage.update(tasks=tasks, stage_s=round(time.time() - started, 3), error=outcome.get("error"),
+                 executors=sorted({o["executor"] for o in outs}),
+                 task_s=[o.get("task_s") for o in outs], idle_per_task_s=[o.get("idle_s") for o in outs],
+                 groups_per_task=[sum(len(d["groups_written"]) for d in o.get("rounds", {}).values()) for o in outs],
+                 task_errors=[o["error"] for o in outs if not o["ok"]])
+    if outs:
+        stage["first_task_started_s"] = round(min(o["task_started_at"] for o in outs) - started, 3)
+    return results, stage
 
 
 def _remove_stale_boards(scratch: Path, partition_dir: str) -> None:
@@ -591,34 +623,19 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
         timings["executor_check_s"] = round(time.time() - t_probe, 3)
         apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
         sizes = [recopy_bytes(store, t) for t in shipped]
-        split = choose_splits(shipped, sizes, args.split_bytes, sc.defaultParallelism)
+        parts = choose_map_parts(sizes, args.split_bytes, sc.defaultParallelism)
         t_job = time.time()
-        results: list[dict[str, Any]] = []
         scratch = Path(doc["scratch_dir"]) / doc["run_id"]
         try:
-            for target, chosen in zip(shipped, split, strict=True):
-                if chosen:  # a huge partition takes every core: its parts run before the others
-                    results.append(clean_split(sc, store, target, scratch, sc.defaultParallelism))
+            results, doc["spark"]["stage"] = clean_rounds(sc, store, shipped, sizes, parts, scratch, doc["run_id"])
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        # Biggest first: Spark hands tasks out in order, so the stage does not end on one big straggler.
-        whole = [t for _, t in sorted(((size, t) for t, size, chosen in zip(shipped, sizes, split, strict=True)
-                                       if not chosen), key=lambda st: -st[0])]
-        if whole:
-            try:
-                results += sc.parallelize(whole, numSlices=len(whole)).map(clean_one).collect()
-            except Exception as exc:  # a task lost too often fails the stage; what the split rounds did stays
-                first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
-                results += [{**{k: t[k] for k in ("topic", "partition", "first_dirty_offset",
-                                                  "first_uncleanable_offset")},
-                             "ok": False, "status": "failed", "error_type": type(exc).__name__,
-                             "error": f"the Spark job of the unsplit partitions failed ({first}); each of them is "
-                                      "old or new per segment group, and its journal says whether it was cleaned",
-                             "executor": None, "pid": None, "task_started_at": t_job, "task_finished_at": time.time()}
-                            for t in whole]
         timings["clean_job_s"] = round(time.time() - t_job, 3)
-        timings["first_task_started_s"] = round(min(r["task_started_at"] for r in results) - t_job, 3)
-        timings["first_task_finished_s"] = round(min(r["task_finished_at"] for r in results) - t_job, 3)
+        if "first_task_started_s" in doc["spark"]["stage"]:
+            timings["first_task_started_s"] = doc["spark"]["stage"]["first_task_started_s"]
+        done = [r["task_finished_at"] for r in results if r["ok"]]
+        if done:
+            timings["first_partition_done_s"] = round(min(done) - t_job, 3)
     finally:
         sc.stop()
     for r in results:

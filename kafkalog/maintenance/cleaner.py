@@ -265,14 +265,17 @@ class CleanContext:
 
 
 def open_clean_context(store: LogStore, location: PartitionLocation, first_dirty_offset: int,
-                       first_uncleanable_offset: int, *, now_ms: int, wall_now_ms: int | None = None) -> CleanContext:
+                       first_uncleanable_offset: int, *, now_ms: int, wall_now_ms: int | None = None,
+                       producers: dict[int, tuple[int, int]] | None = None) -> CleanContext:
     """The context of one round. The caller holds the partition's cleaner lock (or is a task of a
-    driver that holds it) and has resolved a crashed cleaner's leftovers."""
+    driver that holds it) and has resolved a crashed cleaner's leftovers. ``producers``: the producer
+    state the driver of a split round read as it planned (its workers all decide with that one)."""
     config = store.log_config(location.topic_partition.topic)
     wall = int(time.time() * 1000) if wall_now_ms is None else wall_now_ms
     log = store.open_log(location, read_only=True)
     segments = list(log.segments[:-1])  # never the active segment
-    producers = {e.producer_id: (e.last_offset, e.producer_epoch) for e in log.producer_state().snapshot_entries()}
+    if producers is None:
+        producers = {e.producer_id: (e.last_offset, e.producer_epoch) for e in log.producer_state().snapshot_entries()}
     clock = _Clock(now_ms, wall, wall + config.delete_retention_ms)
     aborted = [t for s in log.segments for t in s.txn_index.entries()]
     return CleanContext(store, location, log, clock, first_dirty_offset, first_uncleanable_offset, segments, aborted,

@@ -1,27 +1,33 @@
-"""One partition's cleaning round in parts, for a driver that spreads the parts over workers.
+"""Cleaning rounds in parts, shared by workers: many partitions' rounds at once, for a driver that
+spreads the work over many cores (the Spark job).
 
 ``clean_partition`` runs a round in one process: key map, then for each segment group write and
 swap, then checkpoint and journal. Here the same steps (the same functions of ``cleaner``) run in
-several workers at once that share only files, so that a huge partition can use many cores (the
-Spark job):
+several workers at once that share only files, so that every core has work until the last group
+of the last partition is written, whether the job is one huge partition or many small ones:
 
-1. the driver, holding the partition's cleaner lock until step 3: ``plan_split`` — leftovers of a
-   crashed cleaner resolved, the segment groups (lists of source base offsets);
-2. every worker of the round, in parallel: ``run_split_task`` on a ``Board``, a scratch dir every
-   worker sees. A worker first takes a key-map part nobody holds (``map_parts`` maps that share the
-   keys by hash) and builds it from the last dirty segment to the first, publishing each segment's
-   supersession bits once they are final (every later record is in). Any worker writes a group as
-   soon as every part has published its segments: the latest groups, which keep the most records,
-   are written while the map goes on. A group that also holds clean-prefix records needs the
-   whole map: its parts are saved when they are done, and the group is written from them. Groups
-   are claimed with a lock each and published with their result; a worker returns once every group
-   is. A worker that dies releases its locks: its part or its group is taken over, from the start;
-3. the driver: ``collect`` the parts' and groups' results, then ``swap_and_finish`` — each group
-   swapped in under the partition lock (unless its sources changed since they were read), the
-   cleaner checkpoint, the journal; or, when anything failed, ``discard`` — every ``.cleaned`` file
-   removed, the log untouched.
+1. the driver, holding each partition's cleaner lock until step 3: ``plan_round`` — leftovers of a
+   crashed cleaner resolved, the segment groups (lists of source base offsets) and which of them
+   the final bits of the map will answer;
+2. every worker of the job, in parallel: ``run_split_task`` over every round, each on its ``Board``,
+   a scratch dir every worker sees. A worker writes the latest group that is ready (of the earliest
+   round that has one), else takes a key-map part nobody holds (``parts`` maps that share the keys
+   by hash) and builds it from the last dirty segment to the first, publishing each segment's
+   supersession bits once they are final (every later record is in). A group is ready as soon as
+   every part has published its segments: the latest groups, which keep the most records, are
+   written while the map goes on, and a worker with no part left to map writes another round's
+   groups instead of waiting. A group that also holds clean-prefix records needs the whole map: its
+   parts are saved when they are done, and the group is written from them. Parts and groups are
+   claimed with a lock each and published with their result; a worker returns once every round is
+   complete or failed. A worker that dies releases its locks: its part or group is taken over,
+   from the start. A failure fails its own round only: it is published on that round's board, the
+   other workers leave the round, and every other round goes on;
+3. the driver, as each round completes: ``collect`` its parts' and groups' results, then
+   ``swap_and_finish`` — each group swapped in under the partition lock (unless its sources changed
+   since they were read), the cleaner checkpoint, the journal; or, when the round failed,
+   ``discard`` — every ``.cleaned`` file removed, the log untouched.
 
-Every worker opens the partition read-only with the same offsets and clocks, so it makes the
+Every worker opens a partition read-only with the same offsets and clocks, so it makes the
 decisions one process would: the segments written are byte for byte those of ``clean_partition``.
 A worker killed at any point leaves at most a ``.cleaned`` segment, which recovery, a retried
 task, another worker or the next round removes or writes again.
@@ -30,11 +36,12 @@ task, another worker or the next round removes or writes again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +67,7 @@ from kafkalog.maintenance.cleaner import (
 )
 from kafkalog.maintenance.key_map import FinalBits, HashedKeyMap, KeyMap, tracks_range
 
-POLL_S = 0.004  # how often an idle worker looks for a group to write (a group takes 50-500 ms)
+POLL_S = 0.004  # how often an idle worker looks for work (a group takes 50-500 ms)
 
 
 @dataclass(frozen=True)
@@ -74,23 +81,56 @@ class SplitRound:
     now_ms: int
     wall_now_ms: int
 
-    def open(self, store: LogStore) -> CleanContext:
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def open(self, store: LogStore, producers: dict[int, tuple[int, int]] | None = None) -> CleanContext:
         location = store.locate(self.topic, self.partition)
         return open_clean_context(store, location, self.first_dirty_offset, self.first_uncleanable_offset,
-                                  now_ms=self.now_ms, wall_now_ms=self.wall_now_ms)
+                                  now_ms=self.now_ms, wall_now_ms=self.wall_now_ms, producers=producers)
 
 
-def plan_split(store: LogStore, location: PartitionLocation, job: SplitRound) -> list[list[int]]:
-    """Step 1 (driver, under the cleaner lock): the groups, as lists of source base offsets."""
+@dataclass(frozen=True)
+class RoundPlan:
+    """One round as the driver planned it, which every worker of the job gets: the round, its segment
+    groups (source base offsets), which of them the final bits answer (the others need the whole
+    saved map), its board dir, how many key-map parts it builds, and the producer state the driver
+    read (every worker decides with it, as one process would with its own)."""
+
+    round: SplitRound
+    groups: list[list[int]]
+    from_bits: list[bool]
+    board: str
+    parts: int
+    producers: dict[int, tuple[int, int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> RoundPlan:
+        return cls(**{**doc, "round": SplitRound(**doc["round"])})
+
+
+def plan_round(store: LogStore, location: PartitionLocation, job: SplitRound, board: Path,
+               parts: int) -> tuple[RoundPlan, CleanContext]:
+    """Step 1 (driver, under the cleaner lock): a crashed cleaner's leftovers resolved, the groups; and
+    the round's context, for ``swap_and_finish``."""
     resolve_leftovers(location)
+    ctx = job.open(store)
     if job.first_uncleanable_offset <= job.first_dirty_offset:
-        return []
-    return [[s.base_offset for s in group] for group in job.open(store).groups()]
+        return RoundPlan(job, [], [], str(board), parts, ctx.producers), ctx
+    groups = [[s.base_offset for s in group] for group in ctx.groups()]
+    # Bits cover the dirty range only: a group reaching below it (the clean prefix) asks the whole map.
+    tracked = tracks_range(job.first_dirty_offset, ctx.end_offset)
+    from_bits = [tracked and g[0] >= job.first_dirty_offset for g in groups]
+    return RoundPlan(job, groups, from_bits, str(board), parts, ctx.producers), ctx
 
 
 def map_parts_for(workers: int) -> int:
-    """How many key-map parts a round over ``workers`` builds: half of them map while the others
-    write the groups the map has passed; one part on two workers."""
+    """How many key-map parts a huge partition's round over ``workers`` builds: half of them map while
+    the others write the groups the map has passed; one part on two workers."""
     return max(1, workers // 2)
 
 
@@ -99,10 +139,12 @@ class Board:
     final bits of each segment it passed, its statistics once done (and the part itself when a group
     needs it); per group a lock and its result; and the first failure."""
 
-    def __init__(self, directory: Path, groups: list[list[int]], parts: int) -> None:
-        self.directory, self.groups, self.parts = directory, groups, parts
+    def __init__(self, plan: RoundPlan) -> None:
+        self.plan = plan
+        self.directory, self.groups, self.parts = Path(plan.board), plan.groups, plan.parts
         self._results: dict[str, dict[str, Any]] = {}  # results seen: published once, never changed
         self._bits: set[tuple[int, int]] = set()
+        self._complete = False
 
     def _path(self, name: str) -> Path:
         return self.directory / name
@@ -168,6 +210,21 @@ class Board:
     def group_done(self, base: int) -> dict[str, Any] | None:
         return self.read_json(f"group-{base}.json")
 
+    def ready(self, index: int) -> bool:
+        """Whether group ``index`` can be written now: the final bits of its segments are published
+        (or, for a group that needs the whole map, every part is saved)."""
+        if self.plan.from_bits[index]:
+            return all(self.has_bits(b) for b in self.groups[index])
+        return all((self.map_done(p) or {}).get("saved") for p in range(self.parts))
+
+    def complete(self) -> bool:
+        """Every key-map part and every group published (one listing of the board, no failed opens)."""
+        if not self._complete:
+            present = set(os.listdir(self.directory))
+            self._complete = all(f"map-{p}.json" in present for p in range(self.parts)) and \
+                all(f"group-{g[0]}.json" in present for g in self.groups)
+        return self._complete
+
     def fail(self, message: str) -> None:
         if self.failure() is None:
             self.publish_json("failed.json", {"error": message, "pid": os.getpid()})
@@ -177,113 +234,67 @@ class Board:
         failed = self.read_json("failed.json")
         return None if failed is None else str(failed["error"])
 
-    def check_failed(self) -> None:
-        failure = self.failure()
-        if failure is not None:
-            raise CleanerError(f"another worker of the round failed: {failure}")
+    def settled(self) -> bool:
+        """Nothing left to do in this round: complete, or failed."""
+        return self.complete() or self.failure() is not None
 
 
-class _Worker:
-    """One worker of a split round (``run_split_task``)."""
+class _RoundWorker:
+    """What one worker does in one round: build a key-map part, write a group."""
 
-    def __init__(self, store: LogStore, job: SplitRound, board: Board) -> None:
-        self.job, self.board = job, board
-        self.ctx = job.open(store)
+    def __init__(self, store: LogStore, board: Board, worker: str) -> None:
+        self.board, self.worker = board, worker
+        self.job = board.plan.round
+        self.ctx = self.job.open(store, board.plan.producers)
         self.dirty = dirty_segments(self.ctx)
         self._by_base = {s.base_offset: s for s in self.ctx.segments}
+        missing = [b for g in board.groups for b in g if b not in self._by_base]
+        if missing:  # else the workers would wait for final bits no map publishes
+            raise CleanerError(f"{self.ctx.location.directory}: segments {missing} of the round's groups are gone")
         bases = [s.base_offset for s in self.ctx.segments]
         self._upper = {b: (bases[i + 1] if i + 1 < len(bases) else self.ctx.end_offset) for i, b in enumerate(bases)}
-        start, end = job.first_dirty_offset, self.ctx.end_offset
-        self._tracked = tracks_range(start, end)
-        # Groups whose every record the final bits answer; the others need the whole map.
-        self._from_bits = {g[0]: self._tracked and g[0] >= start and all(b in self._by_base for b in g)
-                           for g in board.groups}  # (a group whose segments are gone fails in _write)
+        self._from_bits = {g[0]: bits for g, bits in zip(board.groups, board.plan.from_bits, strict=True)}
         self._maps: HashedKeyMap | None = None
-        self.mapped: list[dict[str, Any]] = []
-        self.written: list[int] = []
-        self.idle_s = 0.0
 
-    def run(self) -> None:
-        board = self.board
-        while True:
-            board.check_failed()
-            if self._map_a_free_part():
-                continue
-            if all(board.group_done(g[0]) is not None for g in board.groups):
-                return
-            if not self._write_a_ready_group():
-                time.sleep(POLL_S)
-                self.idle_s += POLL_S
-
-    # --- key-map parts ---------------------------------------------------------------------------
-    def _map_a_free_part(self) -> bool:
-        """Build one part that is neither done nor held by a live worker; False if there is none."""
-        for part in range(self.board.parts):
-            if self.board.map_done(part) is not None:
-                continue
-            with self.board.claim(f"map-{part}") as mine:
-                if mine and self.board.map_done(part) is None:
-                    self._build_part(part)
-                    return True
-        return False
-
-    def _build_part(self, part: int) -> None:
+    def build_part(self, part: int) -> float:
+        """Build key-map part ``part``, publishing final bits as it goes; its seconds."""
         started = time.perf_counter()
         stats = CleanerStats()
         start = self.job.first_dirty_offset
+        publishing = any(self.board.plan.from_bits)
 
         def publish(segment: LogSegment, key_map: KeyMap) -> None:
-            if self._tracked:
+            if publishing:
                 base = segment.base_offset
                 self.board.publish_bits(part, base, key_map.superseded_words(
                     max(base, start), min(self._upper[base], self.ctx.end_offset)))
 
         key_map = build_key_map(self.ctx, stats, set(), part=part, parts=self.board.parts, on_final=publish)
-        saved = not all(self._from_bits.values())
+        saved = not all(self.board.plan.from_bits)
         if saved:
             key_map.save(self.board.map_prefix(part))
+        seconds = time.perf_counter() - started
         self.board.publish_json(f"map-{part}.json", {
             "part": part, "map_records": stats.map_records, "map_keys": stats.map_keys,
-            "dirty_bytes": stats.dirty_bytes, "map_seconds": time.perf_counter() - started, "saved": saved,
-            "pid": os.getpid()})
-        self.mapped.append({"part": part, "map_seconds": time.perf_counter() - started})
+            "dirty_bytes": stats.dirty_bytes, "map_seconds": seconds, "saved": saved,
+            "pid": os.getpid(), "worker": self.worker})
+        return seconds
 
-    # --- groups ----------------------------------------------------------------------------------
-    def _write_a_ready_group(self) -> bool:
-        """Write the latest group that is ready and free; False if there is none."""
-        for group in reversed(self.board.groups):
-            base = group[0]
-            if self.board.group_done(base) is not None or not self._ready(group):
-                continue
-            with self.board.claim(f"group-{base}") as mine:
-                if not mine or self.board.group_done(base) is not None:
-                    continue
-                self._write(group)
-                return True
-        return False
-
-    def _ready(self, group: list[int]) -> bool:
-        if self._from_bits[group[0]]:
-            return all(self.board.has_bits(b) for b in group)
-        return all((self.board.map_done(p) or {}).get("saved") for p in range(self.board.parts))
-
-    def _write(self, sources: list[int]) -> None:
+    def write(self, sources: list[int]) -> int:
+        """Write the ``.cleaned`` segment of one group and publish its result; its base offset."""
         started = time.perf_counter()
-        missing = [b for b in sources if b not in self._by_base]
-        if missing:
-            raise CleanerError(f"{self.ctx.location.directory}: segments {missing} of a group to clean are gone")
         segments = [self._by_base[b] for b in sources]
         latest = self.ctx.end_offset - 1
         key_map: FinalBits | HashedKeyMap
+        parts = self.board.parts
         if self._from_bits[sources[0]]:
             key_map = FinalBits.of_words([(base, self.board.read_bits(part, base)) for base in sources
-                                          for part in range(self.board.parts)],
+                                          for part in range(parts)],
                                          (self.job.first_dirty_offset, self.ctx.end_offset), sources[0],
                                          self._upper[sources[-1]], latest)
         else:
             if self._maps is None:
-                self._maps = HashedKeyMap([KeyMap.load(self.board.map_prefix(p)) for p in range(self.board.parts)],
-                                          latest)
+                self._maps = HashedKeyMap([KeyMap.load(self.board.map_prefix(p)) for p in range(parts)], latest)
             key_map = self._maps
         # The map parts checked the CRCs of every dirty segment they passed; the clean segments below
         # the dirty range are checked here, as in one process.
@@ -293,48 +304,120 @@ class _Worker:
         stats.clean_seconds = time.perf_counter() - started
         self.board.publish_json(f"group-{cleaned.base_offset}.json", {
             "base_offset": cleaned.base_offset, "source_bases": cleaned.source_bases,
-            "fingerprint": [list(f) for f in cleaned.fingerprint], "stats": stats.to_dict(), "pid": os.getpid()})
-        self.written.append(cleaned.base_offset)
+            "fingerprint": [list(f) for f in cleaned.fingerprint], "stats": stats.to_dict(), "pid": os.getpid(),
+            "worker": self.worker})
+        return cleaned.base_offset
 
 
-def run_split_task(store: LogStore, job: SplitRound, groups: list[list[int]], board_dir: Path,
-                   parts: int) -> dict[str, Any]:
-    """Step 2, in every worker of the round: build free key-map parts, write ready groups, until every
-    group is written; returns what this worker did. A failure is published on the board first, so
-    the other workers stop instead of waiting for what will not come."""
+class _JobWorker:
+    """One worker of the job (``run_split_task``): ready groups first, then free key-map parts, over
+    every round, until every round is settled."""
+
+    def __init__(self, store: LogStore, plans: list[RoundPlan], worker: str) -> None:
+        self.store, self.worker = store, worker
+        self.boards = [Board(plan) for plan in plans]
+        self._open: dict[int, _RoundWorker] = {}  # rounds this worker has worked in and not seen complete
+        self.did: dict[str, dict[str, list[Any]]] = {}
+        self.failed: dict[str, str] = {}
+        self.idle_s = 0.0
+
+    def run(self) -> None:
+        while True:
+            active = [i for i, board in enumerate(self.boards) if not board.settled()]
+            for i in list(self._open):
+                if i not in active:
+                    del self._open[i]  # its segments closed, its loaded map parts freed
+            if not active:
+                return
+            # Finish what is under way before starting more: a round's groups, then the next map.
+            if any(self._attempt(i, self._write_a_ready_group) for i in active):
+                continue
+            if any(self._attempt(i, self._map_a_free_part) for i in active):
+                continue
+            time.sleep(POLL_S)
+            self.idle_s += POLL_S
+
+    def _attempt(self, i: int, action: Callable[[int], bool]) -> bool:
+        """Run ``action`` on round ``i``; a failure fails that round (published on its board), not the job."""
+        board = self.boards[i]
+        try:
+            return action(i)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            board.fail(message)
+            self.failed[board.plan.round.name] = message
+            self._open.pop(i, None)
+            return True
+
+    def _round(self, i: int) -> _RoundWorker:
+        if i not in self._open:
+            self._open[i] = _RoundWorker(self.store, self.boards[i], self.worker)
+        return self._open[i]
+
+    def _note(self, i: int, what: str, value: Any) -> None:
+        self.did.setdefault(self.boards[i].plan.round.name, {"mapped": [], "groups_written": []})[what].append(value)
+
+    def _map_a_free_part(self, i: int) -> bool:
+        """Build one part of round ``i`` that is neither done nor held by a live worker."""
+        board = self.boards[i]
+        for part in range(board.parts):
+            if board.map_done(part) is not None:
+                continue
+            with board.claim(f"map-{part}") as mine:
+                if mine and board.map_done(part) is None:
+                    seconds = self._round(i).build_part(part)
+                    self._note(i, "mapped", {"part": part, "map_seconds": round(seconds, 3)})
+                    return True
+        return False
+
+    def _write_a_ready_group(self, i: int) -> bool:
+        """Write the latest group of round ``i`` that is ready and free."""
+        board = self.boards[i]
+        for index in reversed(range(len(board.groups))):
+            group = board.groups[index]
+            if board.group_done(group[0]) is not None or not board.ready(index):
+                continue
+            with board.claim(f"group-{group[0]}") as mine:
+                if not mine or board.group_done(group[0]) is not None:
+                    continue
+                self._note(i, "groups_written", self._round(i).write(group))
+                return True
+        return False
+
+
+def run_split_task(store: LogStore, plans: list[RoundPlan], worker: str = "") -> dict[str, Any]:
+    """Step 2, in every worker of the job: write ready groups and build free key-map parts of every
+    round until each round is complete or failed; returns what this worker did (``rounds``: per
+    round the parts it mapped and the groups it wrote; ``failed``: the rounds it failed, and why)."""
     started = time.perf_counter()
-    board = Board(board_dir, groups, parts)
-    worker: _Worker | None = None
-    try:
-        worker = _Worker(store, job, board)
-        worker.run()
-    except Exception as exc:
-        if not (isinstance(exc, CleanerError) and str(exc).startswith("another worker")):
-            board.fail(f"{type(exc).__name__}: {exc}")
-        raise
-    return {"mapped": worker.mapped, "groups_written": worker.written, "idle_s": round(worker.idle_s, 3),
+    job = _JobWorker(store, plans, worker)
+    job.run()
+    return {"rounds": job.did, "failed": job.failed, "idle_s": round(job.idle_s, 3),
             "task_s": round(time.perf_counter() - started, 3)}
 
 
-def collect(board_dir: Path, groups: list[list[int]], parts: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def collect(plan: RoundPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Step 3 (driver): the written groups and the map parts' statistics, as the workers published
-    them; an error if anything is missing (the round is then discarded)."""
-    board = Board(board_dir, groups, parts)
-    board.check_failed()
-    maps = [board.map_done(p) for p in range(parts)]
-    written = [board.group_done(g[0]) for g in groups]
+    them; an error if the round failed or anything is missing (the round is then discarded)."""
+    board = Board(plan)
+    failure = board.failure()
+    if failure is not None:
+        raise CleanerError(f"a worker failed: {failure}")
+    maps = [board.map_done(p) for p in range(plan.parts)]
+    written = [board.group_done(g[0]) for g in plan.groups]
     if any(m is None for m in maps) or any(w is None for w in written):
-        raise CleanerError(f"{board_dir}: the round's workers ended with key-map parts "
+        raise CleanerError(f"{plan.board}: the round's workers ended with key-map parts "
                            f"{[p for p, m in enumerate(maps) if m is None]} and groups "
-                           f"{[g[0] for g, w in zip(groups, written, strict=True) if w is None]} not done")
+                           f"{[g[0] for g, w in zip(plan.groups, written, strict=True) if w is None]} not done")
     return [w for w in written if w is not None], [m for m in maps if m is not None]
 
 
-def swap_and_finish(store: LogStore, location: PartitionLocation, job: SplitRound, written: list[dict[str, Any]],
-                    map_parts: list[dict[str, Any]], run_id: str = "") -> CleanResult:
-    """Step 3 (driver, still under the cleaner lock): swap every written group, checkpoint, journal."""
-    ctx = job.open(store)
-    result = CleanResult(job.topic, job.partition, job.first_dirty_offset, ctx.end_offset)
+def swap_and_finish(ctx: CleanContext, written: list[dict[str, Any]], map_parts: list[dict[str, Any]],
+                    run_id: str = "") -> CleanResult:
+    """Step 3 (driver, still under the cleaner lock, with the context ``plan_round`` opened): swap every
+    written group, checkpoint, journal."""
+    tp = ctx.location.topic_partition
+    result = CleanResult(tp.topic, tp.partition, ctx.first_dirty_offset, ctx.end_offset)
     stats = result.stats
     for part in map_parts:
         stats.map_records += part["map_records"]
@@ -355,7 +438,7 @@ def swap_and_finish(store: LogStore, location: PartitionLocation, job: SplitRoun
         try:
             swap_cleaned_group(ctx, cleaned)  # removes this group's .cleaned files if it fails
         except BaseException:
-            discard(location, [g["base_offset"] for g in written[i + 1:]])
+            discard(ctx.location, [g["base_offset"] for g in written[i + 1:]])
             raise
         result.groups.append((cleaned.source_bases, cleaned.base_offset))
     finish_round(ctx, result, run_id)

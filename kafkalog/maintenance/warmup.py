@@ -50,12 +50,12 @@ def warm() -> float:
                 continue
             job = split_clean.SplitRound("warmup", partition, 0, active, now, now)
             with cleaner_lock(location.directory, timeout_s=0):
-                groups = split_clean.plan_split(store, location, job)
                 board = Path(tmp, "board")
                 board.mkdir()
-                split_clean.run_split_task(store, job, groups, board, 2)  # both parts, then every group
-                written, maps = split_clean.collect(board, groups, 2)
-                split_clean.swap_and_finish(store, location, job, written, maps)
+                plan, ctx = split_clean.plan_round(store, location, job, board, 2)
+                split_clean.run_split_task(store, [plan])  # both parts, then every group
+                written, maps = split_clean.collect(plan)
+                split_clean.swap_and_finish(ctx, written, maps)
     gc.collect()  # the throwaway round's cycles, before the survivors are frozen for good
     gc.freeze()
     _warmed_s = time.perf_counter() - started

@@ -4,6 +4,7 @@ the bytes ``clean_partition`` writes in one pass, and a part that fails changes 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,15 +58,15 @@ def _split_round(store: LogStore, scratch: Path, parts: int, first_dirty: int, n
     active = store.open_log(location, read_only=True).active_segment.base_offset
     job = split_clean.SplitRound("t", 0, first_dirty, active, now, now)
     with cleaner_lock(location.directory, timeout_s=0):
-        groups = split_clean.plan_split(store, location, job)
-        assert len(groups) > 1
+        plan, ctx = split_clean.plan_round(store, location, job, scratch, parts)
+        assert len(plan.groups) > 1
         with ThreadPoolExecutor(workers) as pool:
-            done = list(pool.map(lambda _: split_clean.run_split_task(store, job, groups, scratch, parts),
-                                 range(workers)))
-        written, maps = split_clean.collect(scratch, groups, parts)
-        assert len(written) == len(groups) and len(maps) == parts
-        split_clean.swap_and_finish(store, location, job, written, maps, run_id="split")
-    return done
+            done = list(pool.map(lambda w: split_clean.run_split_task(store, [plan], f"w{w}"), range(workers)))
+        assert all(d["failed"] == {} for d in done)
+        written, maps = split_clean.collect(plan)
+        assert len(written) == len(plan.groups) and len(maps) == parts
+        split_clean.swap_and_finish(ctx, written, maps, run_id="split")
+    return [d["rounds"].get("t-0", {"mapped": [], "groups_written": []}) for d in done]
 
 
 @pytest.mark.parametrize(("parts", "workers"), [(1, 1), (1, 2), (3, 1), (2, 4)])
@@ -139,19 +140,101 @@ def test_a_failed_worker_stops_the_others_and_the_driver_refuses_the_round(tmp_p
     first_dirty = cleaner_checkpoint(logs)[("t", 0)]
     active = store.open_log(location, read_only=True).active_segment.base_offset
     job = split_clean.SplitRound("t", 0, first_dirty, active, T0, T0)
-    groups = split_clean.plan_split(store, location, job)
-    last = names.log_file(location.directory, groups[-1][-1])
+    plan, _ctx = split_clean.plan_round(store, location, job, tmp_path, 1)
+    last = names.log_file(location.directory, plan.groups[-1][-1])
     data = bytearray(last.read_bytes())
     data[100] ^= 0xFF  # inside the first batch's records: its CRC fails
     last.write_bytes(bytes(data))
     before = live_digest(logs)
-    with pytest.raises(CleanerError, match="CRC|crc|checksum"):
-        split_clean.run_split_task(store, job, groups, tmp_path, 1)
-    with pytest.raises(CleanerError, match="another worker of the round failed: CleanerError"):
-        split_clean.run_split_task(store, job, groups, tmp_path, 1)
-    with pytest.raises(CleanerError, match="another worker"):
-        split_clean.collect(tmp_path, groups, 1)
+    first = split_clean.run_split_task(store, [plan], "w1")
+    assert set(first["failed"]) == {"t-0"} and "CleanerError" in first["failed"]["t-0"]
+    assert re.search("CRC|crc|checksum", first["failed"]["t-0"]), first
+    # The next worker finds the round settled: it does nothing, and the driver refuses the round.
+    assert split_clean.run_split_task(store, [plan], "w2")["rounds"] == {}
+    with pytest.raises(CleanerError, match="a worker failed: CleanerError"):
+        split_clean.collect(plan)
     assert live_digest(logs) == before
+
+
+def _three_partitions(root: Path) -> LogStore:
+    """t-0 with aborted transactions (its map goes forwards), u-0 and u-1 plain (maps built backwards)."""
+    store, loc = new_store(root, segment_bytes="1024")
+    _mixed_log(store, loc)
+    store.create_topic("u", 2, {"cleanup.policy": "compact", "delete.retention.ms": str(DAY), "segment.bytes": "1024"})
+    for p in (0, 1):
+        with store.writable_log(store.locate("u", p)) as log:
+            put(log, [(f"k{(i * (p + 3)) % 50}", None if i % 11 == 0 else f"v{p}-{i}") for i in range(400)],
+                batch_records=4)
+            put(log, [("tail", "active")])
+    return store
+
+
+def _plan_job(store: LogStore, scratch: Path) -> list[tuple[split_clean.RoundPlan, CleanContext]]:
+    plans = []
+    for topic, partition in (("t", 0), ("u", 0), ("u", 1)):
+        location = store.locate(topic, partition)
+        active = store.open_log(location, read_only=True).active_segment.base_offset
+        board = scratch / location.directory.name
+        board.mkdir(parents=True)
+        with cleaner_lock(location.directory, timeout_s=0):  # the driver's (held throughout by the Spark job's)
+            job = split_clean.SplitRound(topic, partition, 0, active, T0, T0)
+            plans.append(split_clean.plan_round(store, location, job, board, 1))
+    return plans
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_one_job_of_many_rounds_writes_the_bytes_of_one_pass_each(tmp_path: Path, workers: int) -> None:
+    """The Spark job's stage: every worker takes any round's ready groups and free map parts."""
+    store = _three_partitions(tmp_path / "one")
+    shutil.copytree(tmp_path / "one", tmp_path / "job")
+    for topic, partition in (("t", 0), ("u", 0), ("u", 1)):
+        clean(store, store.locate(topic, partition))
+    job_store = LogStore([tmp_path / "job"])
+    planned = _plan_job(job_store, tmp_path / "scratch")
+    plans = [plan for plan, _ in planned]
+    assert all(len(p.groups) > 1 and all(p.from_bits) for p in plans)  # first rounds: no clean prefix
+    with ThreadPoolExecutor(workers) as pool:
+        done = list(pool.map(lambda w: split_clean.run_split_task(job_store, plans, f"w{w}"), range(workers)))
+    assert all(d["failed"] == {} for d in done)
+    for plan, ctx in planned:
+        name = plan.round.name
+        assert sorted(m["part"] for d in done for m in d["rounds"].get(name, {}).get("mapped", [])) == [0]
+        assert sorted(b for d in done for b in d["rounds"].get(name, {}).get("groups_written", [])) == \
+            [g[0] for g in plan.groups]
+        written, maps = split_clean.collect(plan)
+        assert {w["worker"] for w in written} <= {f"w{w}" for w in range(workers)}
+        split_clean.swap_and_finish(ctx, written, maps)
+    assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
+    assert cleaner_checkpoint(tmp_path / "job") == cleaner_checkpoint(tmp_path / "one")
+    assert verify_store(job_store).ok
+
+
+def test_a_failed_round_does_not_stop_the_others(tmp_path: Path) -> None:
+    store = _three_partitions(tmp_path / "one")
+    shutil.copytree(tmp_path / "one", tmp_path / "job")
+    for topic, partition in (("t", 0), ("u", 1)):
+        clean(store, store.locate(topic, partition))
+    job_store = LogStore([tmp_path / "job"])
+    planned = _plan_job(job_store, tmp_path / "scratch")
+    plans = [plan for plan, _ in planned]
+    corrupt = job_store.locate("u", 0).directory
+    last = names.log_file(corrupt, plans[1].groups[-1][-1])
+    data = bytearray(last.read_bytes())
+    data[100] ^= 0xFF
+    last.write_bytes(bytes(data))
+    before = live_digest(corrupt)
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda w: split_clean.run_split_task(job_store, plans, f"w{w}"), range(2)))
+    assert [list(d["failed"]) for d in done if d["failed"]] == [["u-0"]]  # one worker met it; the other left it
+    with pytest.raises(CleanerError, match="a worker failed: CleanerError"):
+        split_clean.collect(plans[1])
+    split_clean.discard(job_store.locate("u", 0), [g[0] for g in plans[1].groups])
+    assert live_digest(corrupt) == before
+    for plan, ctx in (planned[0], planned[2]):
+        written, maps = split_clean.collect(plan)
+        split_clean.swap_and_finish(ctx, written, maps)
+    for name in ("t-0", "u-1"):
+        assert live_digest(tmp_path / "job" / name) == live_digest(tmp_path / "one" / name)
 
 
 def test_hashed_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
@@ -185,17 +268,17 @@ def test_a_torn_map_part_is_refused(tmp_path: Path) -> None:
         KeyMap.load(tmp_path / "m")
 
 
-def _written_groups(store: LogStore, tmp_path: Path) -> tuple[split_clean.SplitRound, list[list[int]],
+def _written_groups(store: LogStore, tmp_path: Path) -> tuple[CleanContext, list[list[int]],
                                                            list[dict[str, object]], list[dict[str, object]]]:
     location = store.locate("t", 0)
     active = store.open_log(location, read_only=True).active_segment.base_offset
     job = split_clean.SplitRound("t", 0, 0, active, T0, T0)
-    groups = split_clean.plan_split(store, location, job)
     board = tmp_path / "board"
     board.mkdir()
-    split_clean.run_split_task(store, job, groups, board, 1)
-    written, maps = split_clean.collect(board, groups, 1)
-    return job, groups, written, maps
+    plan, ctx = split_clean.plan_round(store, location, job, board, 1)
+    split_clean.run_split_task(store, [plan])
+    written, maps = split_clean.collect(plan)
+    return ctx, plan.groups, written, maps
 
 
 def test_discarded_round_leaves_the_log_untouched(tmp_path: Path) -> None:
@@ -214,12 +297,12 @@ def test_a_group_whose_sources_changed_is_not_swapped(tmp_path: Path) -> None:
     store, logs = _two_rounds_of_data(tmp_path)
     location = store.locate("t", 0)
     with cleaner_lock(location.directory, timeout_s=0):
-        job, groups, written, maps = _written_groups(store, tmp_path)
+        ctx, groups, written, maps = _written_groups(store, tmp_path)
         source = names.log_file(location.directory, groups[0][0])
         info = source.stat()
         os.utime(source, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000))
         before = {k: v for k, v in live_digest(logs).items() if not k.endswith(names.CLEANED_SUFFIX)}
         with pytest.raises(CleanerError, match="changed while being cleaned"):
-            split_clean.swap_and_finish(store, location, job, written, maps)
+            split_clean.swap_and_finish(ctx, written, maps)
     assert live_digest(logs) == before
     assert not list(location.directory.glob(f"*{names.CLEANED_SUFFIX}"))

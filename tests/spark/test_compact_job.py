@@ -332,11 +332,11 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
     assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["per-partition", "split"])
+@pytest.mark.parametrize("damaged", ["first", "last"])
 def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path: Path, spark: Spark,
-                                                                       split: bool) -> None:
-    """Split, the corrupt segment is the first one, which the key map reads last: the later groups'
-    .cleaned segments are written by then, and must then all go."""
+                                                                       damaged: str) -> None:
+    """The key map is built from the last segment back: a damaged last segment fails the round at once,
+    a damaged first one only once the later groups' .cleaned segments are written, which must then go."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=12)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
@@ -352,92 +352,86 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     locked, corrupt = distributed / f"{TOPIC}-1", distributed / f"{TOPIC}-2"
     store = LogStore([distributed])
     segments = store.open_log(store.locate(TOPIC, 2), read_only=True).segments
-    segment = segments[0] if split else segments[-2]  # not the active one
+    segment = segments[0] if damaged == "first" else segments[-2]  # not the active one
     data = bytearray(segment.log_path.read_bytes())
     data[65] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
     segment.log_path.write_bytes(bytes(data))
     before = {d: _digest(d) for d in (locked, corrupt)}
 
     with cleaner_lock(locked, timeout_s=0):  # another cleaner is busy with partition 1
-        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms,
-                      job_args=["--plan", str(plan), *(["--split-bytes", "1"] if split else [])])
-    _print_timings(f"local[2], --plan, locked + corrupt, split={split}", run)
+        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, job_args=["--plan", str(plan)])
+    _print_timings(f"local[2], --plan, locked + corrupt ({damaged} segment)", run)
     assert run.code == 2, run.explain()
     by_partition = {p["partition"]: p for p in run.report["partitions"]}
     assert run.report["status"] == "partitions-failed" and run.report["plan"]["source"] == str(plan)
     assert by_partition[0]["status"] == "cleaned" and by_partition[0]["ok"]
+    assert by_partition[0]["round"]["groups"] > 1
     assert by_partition[1]["status"] == "locked" and not by_partition[1]["ok"]
     assert "locked" in by_partition[1]["error"]
-    assert by_partition[2]["status"] == "failed" and not by_partition[2]["ok"] and by_partition[2]["error"]
-    if split:
-        error = by_partition[2]["error"]
-        assert "tasks of the split round failed" in error and "record is corrupt" in error, error
-        assert by_partition[0]["split"]["groups"] > 1
+    assert by_partition[2]["status"] == "failed" and not by_partition[2]["ok"]
+    error = by_partition[2]["error"]
+    assert "a worker failed" in error and "record is corrupt" in error, error
     totals = run.report["totals"]
     assert (totals["cleaned"], totals["locked"], totals["failed"]) == (1, 1, 1)
+    assert run.report["spark"]["stage"]["task_errors"] == []  # the round failed, not the tasks
 
     assert {d: _digest(d) for d in (locked, corrupt)} == before
     assert _digest(distributed / f"{TOPIC}-0") == _digest(single / f"{TOPIC}-0")
 
 
-def _check_split(run: JobRun, partitions: int, tasks_lost: bool = False) -> set[str]:
-    """Every partition was split over both cores (one key-map part, one writer beside it, every group
-    written once by the tasks that reported, which are all of them unless some were lost); the executors
-    used."""
+def _check_rounds(run: JobRun, partitions: int, tasks_lost: bool = False, parts: int = 1) -> set[str]:
+    """Every partition was cleaned in one stage of one task per core (``parts`` key-map parts per
+    partition, every group written once by the tasks that reported, which are all of them unless some
+    were lost); the executors that did the work."""
     assert run.code == 0, run.explain()
-    splits = [p.get("split") for p in run.report["partitions"]]
-    assert len(splits) == partitions and all(s and s["map_parts"] == 1 and s["tasks"] == 2 and s["groups"] > 1
-                                             for s in splits), splits
-    for s in splits:
-        assert s and (sum(s["groups_per_task"]) <= s["groups"] if tasks_lost else
-                      sum(s["groups_per_task"]) == s["groups"]), s
-    return {e for s in splits if s for e in s["executors"]}
+    rounds = [p.get("round") for p in run.report["partitions"]]
+    assert len(rounds) == partitions and all(r and r["map_parts"] == parts and r["groups"] > 1 and
+                                             len(r["map_task_s"]) == parts and len(r["group_task_s"]) == r["groups"]
+                                             for r in rounds), rounds
+    stage = run.report["spark"]["stage"]
+    assert stage["tasks"] == run.report["spark"]["default_parallelism"] and stage["rounds"] == partitions, stage
+    groups = sum(r["groups"] for r in rounds if r)
+    assert (sum(stage["groups_per_task"]) <= groups if tasks_lost else sum(stage["groups_per_task"]) == groups), stage
+    return {w for r in rounds if r for w in r["workers"]}
 
 
-def test_local_job_splitting_each_partition_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
+def test_local_job_with_key_maps_in_parts_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
+    """local[4]: four tasks, each partition's key map built in two hash-shared parts at once."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=20, seed=3)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
-    run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, job_args=["--split-bytes", "1"])
-    _print_timings("local[2], split", run)
-    _check_split(run, 3)
+    run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master="local[4]",
+                  job_args=["--split-bytes", "1"])
+    _print_timings("local[4], key maps in 2 parts", run)
+    _check_rounds(run, 3, parts=2)
     assert _digest(distributed) == _digest(single)
     scratch = Path(run.report["scratch_dir"])
     assert scratch.is_dir() and not any(scratch.iterdir())  # the key-map parts are gone
 
 
 def test_standalone_cluster_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
-    """Per partition, and with each partition split over both workers."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=20, seed=11)
-    single = _copy(template, tmp_path / "a" / "logs")
-    whole, split = _copy(template, tmp_path / "b" / "logs"), _copy(template, tmp_path / "c" / "logs")
+    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
 
     started = time.perf_counter()
     with _standalone_cluster(spark, tmp_path / "cluster") as (url, cluster_pids):
         cluster_s = time.perf_counter() - started
-        # Wait for both executors before scheduling, so the partitions spread over both workers.
+        # Wait for both executors before scheduling, so the tasks spread over both workers.
         conf = ["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"]
-        run = _submit(spark, [whole], tmp_path / "report.json", now_ms, wall_ms, master=url, conf=conf,
+        run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master=url, conf=conf,
                       watch=cluster_pids)
-        split_run = _submit(spark, [split], tmp_path / "split.json", now_ms, wall_ms, master=url, conf=conf,
-                            watch=cluster_pids, job_args=["--split-bytes", "1"])
     print(f"\nstandalone: master + 2 workers ALIVE after {cluster_s:.1f} s")
     _print_timings("standalone", run)
-    _print_timings("standalone, split", split_run)
-    assert run.code == 0, run.explain()
     assert run.report["spark"]["master"] == url
-    executors = {p["executor"] for p in run.report["partitions"]}
-    assert len(executors) == 2 and "driver" not in executors, run.report["partitions"]
-    assert _digest(whole) == _digest(single)
-    assert len(_check_split(split_run, 3)) == 2  # the parts of each partition ran on both workers
-    assert _digest(split) == _digest(single)
-    for job in (run, split_run):
-        assert job.listening and all(ipaddress.ip_address(a).is_loopback for a in job.listening), job.listening
+    workers = _check_rounds(run, 3)
+    assert len(workers) == 2 and "driver" not in workers, run.report["partitions"]  # both executors cleaned
+    assert _digest(distributed) == _digest(single)
+    assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
 
 def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: Spark) -> None:

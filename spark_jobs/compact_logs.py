@@ -5,10 +5,10 @@
 
 The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
 reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
-the same log dirs, and runs ``clean_partition`` for each selected partition in its own task; a
-partition bigger than its share of the cores is split instead (``clean_split``: in one stage, half of
-the tasks build the parts of its key map from its last segment back while the others write the
-segment groups the map has passed, the swaps on the driver).
+the same log dirs, takes every selected partition's cleaner lock and plans its round, then cleans
+them all in one stage of one task per core (``round_task``): any task builds any partition's key map
+(from its last segment back) or writes the segment groups a map has passed, so every core has work
+until the last group; the driver swaps each partition in as soon as its groups are all written.
 Tasks get paths and offsets and return a small dict: no record bytes go through Spark. Every task
 uses the driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are
 byte for byte those of ``kafkalog compact`` in one process for the same input and clocks.
@@ -19,7 +19,7 @@ least one partition failed or was skipped (locked by another cleaner, corrupt). 
 written in every case where the arguments name one.
 
 Crash story: each partition is cleaned by the library's ``.cleaned -> .swap`` protocol under the
-partition's cleaner lock, so killing the job (or an executor) at any point leaves every partition
+partition's cleaner lock (the driver's), so killing the job (or an executor) at any point leaves every partition
 recoverable to old or new by ``kafkalog recover``; running the job again finishes the work.
 """
 
@@ -71,7 +71,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="compact_logs.py", description="Compact Kafka-format logs on Spark, one task per partition.")
+    p = _Parser(prog="compact_logs.py", description="Compact Kafka-format logs on Spark, one task per core.")
     p.add_argument("--log-dir", action="append", metavar="DIR",
                    help="a log directory shared by driver and executors (repeatable; env KAFKALOG_LOG_DIRS)")
     p.add_argument("--config-file", metavar="FILE",
@@ -91,12 +91,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="compiled-kernel cache writable by every executor "
                         f"(default: <first log dir>/../{DEFAULT_NUMBA_CACHE})")
     p.add_argument("--scratch-dir", metavar="DIR",
-                   help="where a split partition's tasks share its key-map parts, final bits and group results (a "
+                   help="where the tasks share each partition's final bits, group results and key-map parts (a "
                         "dir every executor sees, with flock) "
                         f"(default: <first log dir>/../{DEFAULT_SCRATCH})")
     p.add_argument("--split-bytes", type=int, metavar="N",
-                   help="split a partition over several tasks when the bytes it recopies exceed N (0: never; "
-                        "default: its fair share of the cores, total / default parallelism, and at least 64 MiB)")
+                   help="build a partition's key map in parts, by several tasks at once (4 or more cores), when the "
+                        "bytes it recopies exceed N (0: never; default: its fair share of the cores, total / default "
+                        "parallelism, and at least 64 MiB)")
     p.add_argument("--ui", action="store_true",
                    help="enable the Spark UI; it listens on $SPARK_LOCAL_IP, which must then be set")
     args = p.parse_args(argv)

@@ -1,21 +1,22 @@
 """Killing Spark executors mid-task (``spark_jobs/compact_logs.py`` on a standalone cluster).
 
-A master and two one-core workers on 127.0.0.1 run the job over three compactable partitions. Three times
-in one job an executor is SIGKILLed while one of its tasks is inside ``clean_partition``: that task's
-Python worker, seen holding the partition's cleaner lock, is frozen with SIGSTOP; if it still holds the
-lock the partition's in-flight files are noted and the executor's whole tree (its JVM, pyspark's daemon
-and workers: descendants of the standalone workers, stopped and then killed by id, never by name) is
-killed. The moments: (1) a first attempt once a third of its partition's old segments are swapped out;
-(2) the first attempt seen taking a cleaner lock after kill 1, at once (typically the retry resolving
-kill 1's leftover ``.cleaned``/``.swap`` files); (3) an attempt first seen after kill 2, once it has
-swapped out three more segments (typically a retry recleaning a partly swapped partition). Spark
-re-runs lost tasks on a surviving or a relaunched executor and finishes, or gives up: either is fine.
+A master and two one-core workers on 127.0.0.1 run the job over three compactable partitions: one stage of
+one task per core, each task building key maps and writing segment groups of any partition, each claimed
+with an ``flock`` on the partition's board in the scratch dir; the driver holds every cleaner lock and
+swaps a partition in once its board is complete. Three times in one job an executor is SIGKILLed while one
+of its tasks holds such a claim: that task's Python worker, seen holding it, is frozen with SIGSTOP; if it
+still holds it, the files are noted and the executor's whole tree (its JVM, pyspark's daemon and workers:
+descendants of the standalone workers, stopped and then killed by id, never by name) is killed. The
+moments: (1) a worker writing a group, once its ``.cleaned`` segment is begun; (2) the next worker seen
+with a claim after kill 1, at once; (3) a worker first seen after kill 2 (typically a relaunched
+executor's), at its first claim. The claims of the dead are free again: the other task or a retry takes
+them over from the start. Spark re-runs lost tasks on a surviving or a relaunched executor and finishes,
+or gives up: either is fine.
 
 Afterwards ``kafkalog recover`` and ``kafkalog verify`` must pass, every partition must keep each key's
 latest value, and every segment group must be wholly old or wholly new. If the job finished, every
-partition must hold the records the single-process cleaner keeps, and the partitions that no kill caught
-with segments swapped out must be byte for byte the single-process result (a retry reclean groups a
-partly swapped partition's smaller segments differently, so its files may differ; its records may not).
+partition must be byte for byte the single-process result (no executor swaps anything: a kill never
+leaves a partition partly swapped).
 """
 
 from __future__ import annotations
@@ -63,13 +64,6 @@ EXECUTOR_MAIN = b"CoarseGrainedExecutorBackend"
 # Every JVM here (master, workers, driver, executors and those relaunched after each kill) does little but
 # start: C1 only and one GC thread roughly halve the job's time on a two-core machine.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-# (name, how many old segments a task attempt first seen after the previous kill must have swapped out
-# since it was first seen, given how many of its partition's segments the single-process cleaner swaps out)
-MOMENTS: list[tuple[str, Callable[[int], int]]] = [
-    ("kill 1, a first attempt mid-swap", lambda old: max(1, old // 3)),
-    ("kill 2, the next attempt at once", lambda old: 0),
-    ("kill 3, a later attempt mid-swap", lambda old: 3),
-]
 
 
 # --- processes ------------------------------------------------------------------------------------------
@@ -106,42 +100,42 @@ def _wait_stopped(pids: Iterable[int]) -> None:
             time.sleep(0.001)
 
 
-def _open_cleaner_locks(pid: int, log_dir: Path | None = None) -> set[str]:
-    """Names of the partition dirs (of ``log_dir``, when given) whose cleaner lock file this process
-    has open. The executors' kernel warm-up cleans a throwaway partition in a temp dir: not a target."""
-    out: set[str] = set()
+def _open_claims(pid: int, scratch: Path) -> set[tuple[str, str]]:
+    """(partition dir, claim) of every board lock file under ``scratch`` this process has open: a claim is
+    open (and locked) only while its holder builds that key-map part or writes that group."""
+    out: set[tuple[str, str]] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return out
     for fd in fds:
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
-        if target.endswith("/" + names.CLEANER_LOCK_FILE) and \
-                (log_dir is None or Path(target).parent.parent == log_dir):
-            out.add(Path(target).parent.name)
+        if target.suffix == ".lock" and scratch in target.parents:
+            out.add((target.parent.name, target.stem))
     return out
 
 
 @dataclass(frozen=True)
 class Holder:
-    """One task attempt inside clean_partition."""
+    """One task attempt's Python worker holding a claim."""
 
     partition_dir: str
-    pid: int  # the Python worker running it
+    claim: str  # map-<part> or group-<base offset>
+    pid: int  # the Python worker
     executor: int  # that worker's executor JVM
 
 
 class _ExecutorWatch:
     """The executors' Python processes, found as descendants of the standalone workers (re-listed every
-    0.1 s or on demand: a walk of /proc costs milliseconds of a machine the job shares), and which of them
-    hold a partition's cleaner lock (checked on every call)."""
+    0.1 s or on demand: a walk of /proc costs milliseconds of a machine the job shares), and the claims
+    they hold (checked on every call)."""
 
-    def __init__(self, worker_pids: Iterable[int], log_dir: Path | None = None) -> None:
+    def __init__(self, worker_pids: Iterable[int], scratch: Path | None = None) -> None:
         self.worker_pids = list(worker_pids)
-        self.log_dir = log_dir
+        self.scratch = scratch
         self.python: dict[int, int] = {}  # Python process -> its executor JVM
         self.listed_at = -1.0
 
@@ -163,8 +157,9 @@ class _ExecutorWatch:
     def holders(self) -> list[Holder]:
         if time.monotonic() - self.listed_at > 0.1:
             self.relist()
-        return [Holder(name, pid, executor) for pid, executor in self.python.items()
-                for name in sorted(_open_cleaner_locks(pid, self.log_dir))]
+        assert self.scratch is not None
+        return [Holder(name, claim, pid, executor) for pid, executor in self.python.items()
+                for name, claim in sorted(_open_claims(pid, self.scratch))]
 
 
 def _kill_executor(executor: int) -> list[int]:
@@ -211,6 +206,12 @@ def _in_flight(partition_dir: Path) -> dict[str, int]:
             "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files)}
 
 
+def _group_begun(log_dir: Path, holder: Holder) -> bool:
+    """Whether the group this holder writes has its .cleaned segment on disk yet."""
+    log = names.log_file(log_dir / holder.partition_dir, int(holder.claim.split("-", 1)[1]))
+    return log.with_name(log.name + names.CLEANED_SUFFIX).exists()
+
+
 @dataclass
 class Kill:
     moment: str
@@ -218,14 +219,12 @@ class Kill:
     holder: Holder
     executor_id: str
     killed: list[int]
-    state: dict[str, int]  # the partition's files while its task was frozen (log files *.deleted, *.cleaned, *.swap)
-    swapped_at_start: int  # its log files *.deleted when this attempt was first seen
+    state: dict[str, int]  # the holder's partition's files while its task was frozen
 
     def describe(self) -> str:
         return (f"{self.moment}: at {self.at_s:.2f} s SIGKILLed executor {self.executor_id} (JVM pid "
                 f"{self.holder.executor}; pids {self.killed}) while its Python worker {self.holder.pid} held "
-                f"{self.holder.partition_dir}'s cleaner lock; files then: {self.state}, swapped out when this "
-                f"attempt was first seen: {self.swapped_at_start}")
+                f"{self.holder.partition_dir}'s {self.holder.claim}; its files then: {self.state}")
 
 
 def _executor_id(executor: int) -> str:
@@ -233,32 +232,41 @@ def _executor_id(executor: int) -> str:
     return args[args.index(b"--executor-id") + 1].decode() if b"--executor-id" in args else "?"
 
 
-def _try_kill(holder: Holder, moment: str, log_dir: Path, t0: float, swapped_at_start: int) -> Kill | None:
-    """Freeze the holder; if it still holds the lock it is mid-task: note the files, kill its executor."""
+def _try_kill(holder: Holder, moment: str, log_dir: Path, scratch: Path, t0: float) -> Kill | None:
+    """Freeze the holder; if it still holds its claim it is mid-work: note the files, kill its executor."""
     try:
         os.kill(holder.pid, signal.SIGSTOP)
     except ProcessLookupError:
         return None
     _wait_stopped([holder.pid])
-    if holder.partition_dir not in _open_cleaner_locks(holder.pid):  # it finished meanwhile
+    if (holder.partition_dir, holder.claim) not in _open_claims(holder.pid, scratch):  # done meanwhile
         os.kill(holder.pid, signal.SIGCONT)
         return None
     at_s = time.perf_counter() - t0
     state = _in_flight(log_dir / holder.partition_dir)
     executor_id = _executor_id(holder.executor)
-    return Kill(moment, at_s, holder, executor_id, _kill_executor(holder.executor), state, swapped_at_start)
+    return Kill(moment, at_s, holder, executor_id, _kill_executor(holder.executor), state)
+
+
+# (name, whether a holder first seen after the previous kill qualifies)
+MOMENTS: list[tuple[str, Callable[[Holder, Path], bool]]] = [
+    ("kill 1, a worker writing a group, its .cleaned segment begun",
+     lambda h, log_dir: h.claim.startswith("group-") and _group_begun(log_dir, h)),
+    ("kill 2, the next worker seen with a claim, at once", lambda h, log_dir: True),
+    ("kill 3, a worker first seen after kill 2, at its first claim", lambda h, log_dir: True),
+]
 
 
 def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall_ms: int, url: str,
-                    cluster_pids: list[int], old_segments: dict[str, int]) -> tuple[JobRun, list[Kill]]:
+                    cluster_pids: list[int], scratch: Path) -> tuple[JobRun, list[Kill]]:
     t0 = time.perf_counter()
     proc = _start(spark, [log_dir], report, now_ms, wall_ms, master=url,
                   conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-                        f"spark.driver.extraJavaOptions={QUICK_JVM}", f"spark.executor.extraJavaOptions={QUICK_JVM}"])
+                        f"spark.driver.extraJavaOptions={QUICK_JVM}", f"spark.executor.extraJavaOptions={QUICK_JVM}"],
+                  job_args=["--scratch-dir", str(scratch)])
     kills: list[Kill] = []
-    first_seen: dict[Holder, int] = {}  # attempt -> its partition's log files *.deleted when first seen
-    earlier: set[Holder] = set()  # attempts seen before the last kill
-    watch = _ExecutorWatch(cluster_pids[1:], log_dir.resolve())  # the workers (the master comes first)
+    earlier: set[int] = set()  # kill 3: the Python workers alive at kill 2 do not qualify
+    watch = _ExecutorWatch(cluster_pids[1:], scratch.resolve())  # the workers (the master comes first)
     listening: set[str] = set()
     listened_at = 0.0
     try:
@@ -271,18 +279,17 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
                 listening |= listening_addresses([proc.pid, *cluster_pids])
                 listened_at = now
             if len(kills) < len(MOMENTS):
-                moment, wanted = MOMENTS[len(kills)]
+                moment, qualifies = MOMENTS[len(kills)]
                 for holder in watch.holders():
-                    swapped = _in_flight(log_dir / holder.partition_dir)["swapped_out"]
-                    first_seen.setdefault(holder, swapped)
-                    if holder in earlier or swapped - first_seen[holder] < wanted(old_segments[holder.partition_dir]):
+                    if holder.pid in earlier or not qualifies(holder, log_dir):
                         continue
-                    kill = _try_kill(holder, moment, log_dir, t0, first_seen[holder])
+                    kill = _try_kill(holder, moment, log_dir, scratch.resolve(), t0)
                     if kill is not None:
                         kills.append(kill)
                         print(f"\n{kill.describe()}", flush=True)
                         watch.relist()
-                        earlier = set(first_seen) | set(watch.holders())
+                        if len(kills) == 2:
+                            earlier = set(watch.python)
                         break
             time.sleep(0.002)
     finally:
@@ -310,7 +317,6 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
         groups = {r.partition: r.groups for r in reference_report.cleaned}
         assert set(groups) == set(PARTITIONS) and not reference_report.failures
         assert all(_live(reference[p]) == _live(before[p]) for p in PARTITIONS)
-        old_segments = {f"{TOPIC}-{p}": sum(len(old) for old, _ in groups[p]) for p in PARTITIONS}
         victim = _copy(template, tmp_path / "victim" / "logs")
 
         quick = dataclasses.replace(spark, env=dict(spark.env, SPARK_DAEMON_JAVA_OPTS=QUICK_JVM))
@@ -318,35 +324,28 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
             cluster_s = time.perf_counter() - started
             warm_running = warm.poll() is None
             run, kills = _run_with_kills(spark, victim, tmp_path / "report.json", now_ms, wall_ms, url, cluster_pids,
-                                         old_segments)
+                                         tmp_path / "scratch")
         assert warm.wait(timeout=60) == 0, (tmp_path / "warm" / "compact.out").read_text()
     finally:
         kill_tree(warm)
     print(f"\nlogs built and cluster ALIVE after {cluster_s:.1f} s (numba warm-up still running: {warm_running}); "
           f"spark-submit exit {run.code} after {run.seconds:.1f} s; status {run.report.get('status')}; "
-          f"timings {run.report.get('timings')}")
+          f"timings {run.report.get('timings')}; stage {run.report.get('spark', {}).get('stage')}")
     for r in run.report.get("partitions", []):
-        print(f"  {r['topic']}-{r['partition']}: {r['status']} on {r.get('executor')} {r.get('error') or ''}")
+        print(f"  {r['topic']}-{r['partition']}: {r['status']} {r.get('error') or ''} {r.get('round')}")
     assert len(kills) == len(MOMENTS), f"{len(kills)} kills: {[k.describe() for k in kills]}\n{run.explain()}"
-    for kill, (_, wanted) in zip(kills, MOMENTS, strict=True):  # (a retry's first steps may delete *.deleted)
-        need = wanted(old_segments[kill.holder.partition_dir])
-        assert need == 0 or kill.state["swapped_out"] - kill.swapped_at_start >= need, kill.describe()
+    assert kills[0].state["cleaned"] and kills[0].holder.claim.startswith("group-"), kills[0].describe()
     assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
     if run.code == 0:
         assert run.report["status"] == "ok" and run.report["totals"]["cleaned"] == len(PARTITIONS), run.explain()
         checkpoint = names.CLEANER_OFFSET_CHECKPOINT
         assert (victim / checkpoint).read_bytes() == (ref / checkpoint).read_bytes()
-        caught_swapped = {k.holder.partition_dir for k in kills if k.state["swapped_out"]}
         for p in PARTITIONS:
             name = f"{TOPIC}-{p}"
             assert _records(victim, p) == reference[p], f"{name}: not the single-process cleaner's records"
-            same_bytes = _digest(victim / name) == _digest(ref / name)
-            if name in caught_swapped:
-                print(f"{name} (killed with segments swapped out, then recleaned): byte for byte the "
-                      f"single-process result: {same_bytes}")
-            else:
-                assert same_bytes, f"{name}: not the single-process cleaner's bytes"
+            assert _digest(victim / name) == _digest(ref / name), f"{name}: not the single-process cleaner's bytes"
+        assert not any((tmp_path / "scratch").iterdir()), "the run's boards were left behind"
     else:
         print(f"the job gave up (acceptable): {run.explain()}")
 

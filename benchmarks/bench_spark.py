@@ -264,14 +264,13 @@ def run_pair(env: Env, logs: Path, partitions: int) -> dict[str, Any]:
 
 # --- (b), (c) Spark ------------------------------------------------------------------------------------
 def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[str] = (),
-           watch: Sequence[int] = (), expect_partitions: int, job_args: Sequence[str] = ()) -> dict[str, Any]:
+           watch: Sequence[int] = (), expect_partitions: int) -> dict[str, Any]:
     # As the README submits the job: the driver JVM (local mode: the executors too) without C2.
     cmd = [str(BIN / "spark-submit"), "--master", master, "--driver-java-options", LEAN_JVM_OPTIONS]
     for item in conf:
         cmd += ["--conf", item]
     cmd += [str(JOB), "--log-dir", str(logs), "--now-ms", str(env.now_ms), "--wall-now-ms", str(env.wall_ms),
-            "--report", str(report), "--numba-cache-dir", str(env.numba_cache_dir), "--run-id", "bench-spark",
-            *job_args]
+            "--report", str(report), "--numba-cache-dir", str(env.numba_cache_dir), "--run-id", "bench-spark"]
     stdout, stderr = report.with_suffix(".stdout"), report.with_suffix(".stderr")
     listening: set[str] = set()
     started = time.perf_counter()
@@ -364,7 +363,7 @@ def standalone_cluster(env: Env, workdir: Path, workers: int = 2) -> Iterator[tu
 
 
 # --- one run -------------------------------------------------------------------------------------------
-def run_one(env: Env, data: DataSet, runner: str, tag: str, job_args: Sequence[str] = ()) -> dict[str, Any]:
+def run_one(env: Env, data: DataSet, runner: str, tag: str) -> dict[str, Any]:
     work = DATA / "spark-runs" / tag
     logs = _fresh_copy(data.logs, work)
     report = env.scratch / f"{tag}.json"
@@ -373,7 +372,7 @@ def run_one(env: Env, data: DataSet, runner: str, tag: str, job_args: Sequence[s
     elif runner == "pair":
         result = run_pair(env, logs, data.partitions)
     elif runner == "local[2]":
-        result = submit(env, logs, report, master="local[2]", expect_partitions=data.partitions, job_args=job_args)
+        result = submit(env, logs, report, master="local[2]", expect_partitions=data.partitions)
     else:
         with standalone_cluster(env, env.scratch / f"{tag}-cluster") as (url, pids, cluster_s):
             listening = listening_addresses(pids)
@@ -538,10 +537,9 @@ def main() -> int:
     env = Env(spark_env, DATA / "spark-numba-cache", scratch, now_ms, now_ms + 500)
 
     # Untimed: fill (or load) the numba cache the child and every executor use; warm the OS caches.
-    for runner, job_args in (("single", ()), ("local[2]", ())):
-        r = run_one(env, warm, runner, f"warmup-{TAGS[runner]}", job_args)
-        print(f"warm-up {RUNNERS[runner]} {' '.join(job_args)}: clean {r['clean_s']:.2f} s, wall {r['wall_s']:.1f} s",
-              flush=True)
+    for runner in ("single", "local[2]"):
+        r = run_one(env, warm, runner, f"warmup-{TAGS[runner]}")
+        print(f"warm-up {RUNNERS[runner]}: clean {r['clean_s']:.2f} s, wall {r['wall_s']:.1f} s", flush=True)
 
     sets = [(multi, infos["multi"], ["single", "pair", "local[2]", *([] if args.no_cluster else ["standalone"])]),
             (single, infos["single"], ["single", "local[2]"])]

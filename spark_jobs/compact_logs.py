@@ -431,16 +431,17 @@ class DriverRound:
         self.end()
         return False
 
-    def finish(self, run_id: str, stage_started: float, no_worker_error: str) -> None:
-        """Swap the round in if every part and group is published, else discard it; release the lock."""
+    def finish(self, run_id: str, stage_started: float, unfinished_because: str = "") -> None:
+        """Swap the round in if every part and group is published, else discard it; release the lock.
+        ``unfinished_because``: why the stage ended, when it has (named if the round is not done)."""
         from kafkalog.errors import KafkaLogError
         from kafkalog.maintenance import split_clean
 
         done_at = time.time()
         try:
-            if self.board.failure() is None and not self.board.complete() and no_worker_error:
-                raise _RoundNotDone(f"no worker finished the round: {no_worker_error}")
-            written, maps = split_clean.collect(self.plan)
+            if not self.board.settled():
+                raise _RoundNotDone(f"no worker finished the round: {unfinished_because}")
+            written, maps = split_clean.collect(self.board)  # the results this driver has seen already
             result = split_clean.swap_and_finish(self.ctx, written, maps, run_id=run_id)
         except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
             # Its .cleaned segments go while the lock is still held; a group swapped already has none left.
@@ -506,11 +507,13 @@ def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts:
         pending = list(rounds)
         while pending:
             stage_over = not runner.is_alive()  # looked at before the boards: what they show then is final
+            because = ""
+            if stage_over:
+                task_errors = [o["error"] for o in outcome.get("outs", []) if not o["ok"]]
+                because = outcome.get("error") or next(iter(task_errors), "the stage ended")
             for r in [r for r in pending if stage_over or r.board.settled()]:
                 pending.remove(r)
-                failed = [o for o in outcome.get("outs", []) if not o["ok"]]
-                no_worker = outcome.get("error") or (failed[0]["error"] if failed else "") or "the stage ended"
-                r.finish(run_id, started, no_worker if stage_over else "")
+                r.finish(run_id, started, because)
                 results.append(r.out)
             if pending:
                 runner.join(timeout=DRIVER_POLL_S)

@@ -119,9 +119,8 @@ def plan_round(store: LogStore, location: PartitionLocation, job: SplitRound, bo
     the round's context, for ``swap_and_finish``."""
     resolve_leftovers(location)
     ctx = job.open(store)
-    if job.first_uncleanable_offset <= job.first_dirty_offset:
-        return RoundPlan(job, [], [], str(board), parts, ctx.producers), ctx
-    groups = [[s.base_offset for s in group] for group in ctx.groups()]
+    dirty = job.first_uncleanable_offset > job.first_dirty_offset
+    groups = [[s.base_offset for s in group] for group in ctx.groups()] if dirty else []
     # Bits cover the dirty range only: a group reaching below it (the clean prefix) asks the whole map.
     tracked = tracks_range(job.first_dirty_offset, ctx.end_offset)
     from_bits = [tracked and g[0] >= job.first_dirty_offset for g in groups]
@@ -246,14 +245,15 @@ class _RoundWorker:
         self.board, self.worker = board, worker
         self.job = board.plan.round
         self.ctx = self.job.open(store, board.plan.producers)
-        self.dirty = dirty_segments(self.ctx)
+        # The map parts check the CRCs of every dirty segment; the groups check those of the clean
+        # segments below the dirty range, as in one process.
+        self._verified = {s.base_offset for s in dirty_segments(self.ctx)}
         self._by_base = {s.base_offset: s for s in self.ctx.segments}
         missing = [b for g in board.groups for b in g if b not in self._by_base]
         if missing:  # else the workers would wait for final bits no map publishes
             raise CleanerError(f"{self.ctx.location.directory}: segments {missing} of the round's groups are gone")
         bases = [s.base_offset for s in self.ctx.segments]
         self._upper = {b: (bases[i + 1] if i + 1 < len(bases) else self.ctx.end_offset) for i, b in enumerate(bases)}
-        self._from_bits = {g[0]: bits for g, bits in zip(board.groups, board.plan.from_bits, strict=True)}
         self._maps: HashedKeyMap | None = None
 
     def build_part(self, part: int) -> float:
@@ -280,14 +280,15 @@ class _RoundWorker:
             "pid": os.getpid(), "worker": self.worker})
         return seconds
 
-    def write(self, sources: list[int]) -> int:
-        """Write the ``.cleaned`` segment of one group and publish its result; its base offset."""
+    def write(self, index: int) -> int:
+        """Write the ``.cleaned`` segment of group ``index`` and publish its result; its base offset."""
         started = time.perf_counter()
+        sources = self.board.groups[index]
         segments = [self._by_base[b] for b in sources]
         latest = self.ctx.end_offset - 1
         key_map: FinalBits | HashedKeyMap
         parts = self.board.parts
-        if self._from_bits[sources[0]]:
+        if self.board.plan.from_bits[index]:
             key_map = FinalBits.of_words([(base, self.board.read_bits(part, base)) for base in sources
                                           for part in range(parts)],
                                          (self.job.first_dirty_offset, self.ctx.end_offset), sources[0],
@@ -296,11 +297,8 @@ class _RoundWorker:
             if self._maps is None:
                 self._maps = HashedKeyMap([KeyMap.load(self.board.map_prefix(p)) for p in range(parts)], latest)
             key_map = self._maps
-        # The map parts checked the CRCs of every dirty segment they passed; the clean segments below
-        # the dirty range are checked here, as in one process.
-        verified = {s.base_offset for s in self.dirty}
         stats = CleanerStats()
-        cleaned = write_cleaned_group(self.ctx, segments, key_map, stats, verified)
+        cleaned = write_cleaned_group(self.ctx, segments, key_map, stats, self._verified)
         stats.clean_seconds = time.perf_counter() - started
         self.board.publish_json(f"group-{cleaned.base_offset}.json", {
             "base_offset": cleaned.base_offset, "source_bases": cleaned.source_bases,
@@ -380,7 +378,7 @@ class _JobWorker:
             with board.claim(f"group-{group[0]}") as mine:
                 if not mine or board.group_done(group[0]) is not None:
                     continue
-                self._note(i, "groups_written", self._round(i).write(group))
+                self._note(i, "groups_written", self._round(i).write(index))
                 return True
         return False
 
@@ -396,10 +394,11 @@ def run_split_task(store: LogStore, plans: list[RoundPlan], worker: str = "") ->
             "task_s": round(time.perf_counter() - started, 3)}
 
 
-def collect(plan: RoundPlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def collect(board: Board) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Step 3 (driver): the written groups and the map parts' statistics, as the workers published
-    them; an error if the round failed or anything is missing (the round is then discarded)."""
-    board = Board(plan)
+    them on ``board``; an error if the round failed or anything is missing (the round is then
+    discarded)."""
+    plan = board.plan
     failure = board.failure()
     if failure is not None:
         raise CleanerError(f"a worker failed: {failure}")

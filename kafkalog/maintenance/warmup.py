@@ -54,7 +54,7 @@ def warm() -> float:
                 board.mkdir()
                 plan, ctx = split_clean.plan_round(store, location, job, board, 2)
                 split_clean.run_split_task(store, [plan])  # both parts, then every group
-                written, maps = split_clean.collect(plan)
+                written, maps = split_clean.collect(split_clean.Board(plan))
                 split_clean.swap_and_finish(ctx, written, maps)
     gc.collect()  # the throwaway round's cycles, before the survivors are frozen for good
     gc.freeze()

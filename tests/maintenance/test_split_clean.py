@@ -63,7 +63,7 @@ def _split_round(store: LogStore, scratch: Path, parts: int, first_dirty: int, n
         with ThreadPoolExecutor(workers) as pool:
             done = list(pool.map(lambda w: split_clean.run_split_task(store, [plan], f"w{w}"), range(workers)))
         assert all(d["failed"] == {} for d in done)
-        written, maps = split_clean.collect(plan)
+        written, maps = split_clean.collect(split_clean.Board(plan))
         assert len(written) == len(plan.groups) and len(maps) == parts
         split_clean.swap_and_finish(ctx, written, maps, run_id="split")
     return [d["rounds"].get("t-0", {"mapped": [], "groups_written": []}) for d in done]
@@ -152,7 +152,7 @@ def test_a_failed_worker_stops_the_others_and_the_driver_refuses_the_round(tmp_p
     # The next worker finds the round settled: it does nothing, and the driver refuses the round.
     assert split_clean.run_split_task(store, [plan], "w2")["rounds"] == {}
     with pytest.raises(CleanerError, match="a worker failed: CleanerError"):
-        split_clean.collect(plan)
+        split_clean.collect(split_clean.Board(plan))
     assert live_digest(logs) == before
 
 
@@ -169,9 +169,24 @@ def _three_partitions(root: Path) -> LogStore:
     return store
 
 
+THREE = (("t", 0), ("u", 0), ("u", 1))
+
+
+def _job_beside_one_pass(tmp_path: Path, one_pass: tuple[tuple[str, int], ...]
+                         ) -> tuple[LogStore, list[tuple[split_clean.RoundPlan, CleanContext]]]:
+    """The three partitions in ``one`` (those of ``one_pass`` cleaned there in one pass each), and a copy
+    in ``job`` with every round planned, as the Spark job's driver plans them."""
+    store = _three_partitions(tmp_path / "one")
+    shutil.copytree(tmp_path / "one", tmp_path / "job")
+    for topic, partition in one_pass:
+        clean(store, store.locate(topic, partition))
+    job_store = LogStore([tmp_path / "job"])
+    return job_store, _plan_job(job_store, tmp_path / "scratch")
+
+
 def _plan_job(store: LogStore, scratch: Path) -> list[tuple[split_clean.RoundPlan, CleanContext]]:
     plans = []
-    for topic, partition in (("t", 0), ("u", 0), ("u", 1)):
+    for topic, partition in THREE:
         location = store.locate(topic, partition)
         active = store.open_log(location, read_only=True).active_segment.base_offset
         board = scratch / location.directory.name
@@ -185,12 +200,7 @@ def _plan_job(store: LogStore, scratch: Path) -> list[tuple[split_clean.RoundPla
 @pytest.mark.parametrize("workers", [1, 2])
 def test_one_job_of_many_rounds_writes_the_bytes_of_one_pass_each(tmp_path: Path, workers: int) -> None:
     """The Spark job's stage: every worker takes any round's ready groups and free map parts."""
-    store = _three_partitions(tmp_path / "one")
-    shutil.copytree(tmp_path / "one", tmp_path / "job")
-    for topic, partition in (("t", 0), ("u", 0), ("u", 1)):
-        clean(store, store.locate(topic, partition))
-    job_store = LogStore([tmp_path / "job"])
-    planned = _plan_job(job_store, tmp_path / "scratch")
+    job_store, planned = _job_beside_one_pass(tmp_path, THREE)
     plans = [plan for plan, _ in planned]
     assert all(len(p.groups) > 1 and all(p.from_bits) for p in plans)  # first rounds: no clean prefix
     with ThreadPoolExecutor(workers) as pool:
@@ -201,7 +211,7 @@ def test_one_job_of_many_rounds_writes_the_bytes_of_one_pass_each(tmp_path: Path
         assert sorted(m["part"] for d in done for m in d["rounds"].get(name, {}).get("mapped", [])) == [0]
         assert sorted(b for d in done for b in d["rounds"].get(name, {}).get("groups_written", [])) == \
             [g[0] for g in plan.groups]
-        written, maps = split_clean.collect(plan)
+        written, maps = split_clean.collect(split_clean.Board(plan))
         assert {w["worker"] for w in written} <= {f"w{w}" for w in range(workers)}
         split_clean.swap_and_finish(ctx, written, maps)
     assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
@@ -210,12 +220,7 @@ def test_one_job_of_many_rounds_writes_the_bytes_of_one_pass_each(tmp_path: Path
 
 
 def test_a_failed_round_does_not_stop_the_others(tmp_path: Path) -> None:
-    store = _three_partitions(tmp_path / "one")
-    shutil.copytree(tmp_path / "one", tmp_path / "job")
-    for topic, partition in (("t", 0), ("u", 1)):
-        clean(store, store.locate(topic, partition))
-    job_store = LogStore([tmp_path / "job"])
-    planned = _plan_job(job_store, tmp_path / "scratch")
+    job_store, planned = _job_beside_one_pass(tmp_path, (("t", 0), ("u", 1)))
     plans = [plan for plan, _ in planned]
     corrupt = job_store.locate("u", 0).directory
     last = names.log_file(corrupt, plans[1].groups[-1][-1])
@@ -227,11 +232,11 @@ def test_a_failed_round_does_not_stop_the_others(tmp_path: Path) -> None:
         done = list(pool.map(lambda w: split_clean.run_split_task(job_store, plans, f"w{w}"), range(2)))
     assert [list(d["failed"]) for d in done if d["failed"]] == [["u-0"]]  # one worker met it; the other left it
     with pytest.raises(CleanerError, match="a worker failed: CleanerError"):
-        split_clean.collect(plans[1])
+        split_clean.collect(split_clean.Board(plans[1]))
     split_clean.discard(job_store.locate("u", 0), [g[0] for g in plans[1].groups])
     assert live_digest(corrupt) == before
     for plan, ctx in (planned[0], planned[2]):
-        written, maps = split_clean.collect(plan)
+        written, maps = split_clean.collect(split_clean.Board(plan))
         split_clean.swap_and_finish(ctx, written, maps)
     for name in ("t-0", "u-1"):
         assert live_digest(tmp_path / "job" / name) == live_digest(tmp_path / "one" / name)
@@ -277,7 +282,7 @@ def _written_groups(store: LogStore, tmp_path: Path) -> tuple[CleanContext, list
     board.mkdir()
     plan, ctx = split_clean.plan_round(store, location, job, board, 1)
     split_clean.run_split_task(store, [plan])
-    written, maps = split_clean.collect(plan)
+    written, maps = split_clean.collect(split_clean.Board(plan))
     return ctx, plan.groups, written, maps
 
 

@@ -200,10 +200,12 @@ def _warm_numba_cache(spark: Spark, scratch_log_dir: Path) -> subprocess.Popen[b
 
 # --- the kills ------------------------------------------------------------------------------------------
 def _in_flight(partition_dir: Path) -> dict[str, int]:
+    """A partition's segments in flight: ``.cleaned`` (written, one log file a group), ``.swap`` files,
+    and old log files swapped out (``.deleted``)."""
     files = os.listdir(partition_dir)
-    return {"swapped_out": sum(n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX) for n in files),
-            "cleaned": sum(n.endswith(names.CLEANED_SUFFIX) for n in files),
-            "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files)}
+    return {"cleaned": sum(n.endswith(names.LOG_SUFFIX + names.CLEANED_SUFFIX) for n in files),
+            "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files),
+            "swapped_out": sum(n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX) for n in files)}
 
 
 def _group_begun(log_dir: Path, holder: Holder) -> bool:

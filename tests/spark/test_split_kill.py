@@ -69,7 +69,7 @@ from test_compact_job import (
     _start,
     _submit,
 )
-from test_executor_kill import QUICK_JVM, _cmdline, _ExecutorWatch, _gone, _stat, _wait_stopped
+from test_executor_kill import QUICK_JVM, _cmdline, _ExecutorWatch, _gone, _in_flight, _stat, _wait_stopped
 
 from kafkalog.log import names
 from spark_jobs.processes import descendants, kill_tree
@@ -147,13 +147,6 @@ def logs(tmp_path_factory: pytest.TempPathFactory, warm: subprocess.Popen[bytes]
 
 def _leftovers(log_dir: Path) -> list[str]:
     return sorted(p.name for p in log_dir.rglob("*") if p.name.endswith((names.CLEANED_SUFFIX, names.SWAP_SUFFIX)))
-
-
-def _in_flight(partition_dir: Path) -> dict[str, int]:
-    files = os.listdir(partition_dir)
-    return {"cleaned": sum(n.endswith(names.LOG_SUFFIX + names.CLEANED_SUFFIX) for n in files),
-            "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files),
-            "swapped_out": sum(n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX) for n in files)}
 
 
 def _boards(scratch: Path, run_id: str) -> list[Path]:

@@ -181,8 +181,7 @@ def round_task(item: dict[str, Any]) -> dict[str, Any]:
             if not os.path.isdir(d):
                 raise FileNotFoundError(f"log dir {d} does not exist on executor {socket.gethostname()}: {SHARED_HINT}")
         store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
-        plans = [split_clean.RoundPlan.from_dict(r) for r in item["rounds"]]
-        out.update(split_clean.run_split_task(store, plans, executor_name()))
+        out.update(split_clean.run_split_task(store, [], executor_name(), Path(item["run_dir"])))
         out["ok"] = True
     except Exception as exc:  # noqa: BLE001 - reported with the rounds it leaves undone
         out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
@@ -358,21 +357,21 @@ def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: A
 
 
 # --- driver: the rounds -----------------------------------------------------------------------------------
-def recopy_bytes(store: Any, target: dict[str, Any]) -> int:
-    """The bytes a round recopies: every segment below the first uncleanable offset."""
+def recopy_sizes(store: Any, target: dict[str, Any]) -> list[int]:
+    """The sizes of the segments a round recopies: every segment below the first uncleanable offset."""
     from kafkalog.log import names
 
     try:
         directory = store.locate(target["topic"], target["partition"]).directory
     except Exception:  # noqa: BLE001 - a partition gone since planning fails when its round is planned
-        return 0
-    total = 0
+        return []
+    sizes = []
     for path in directory.iterdir():
         parsed = names.parse_segment_file_name(path.name)
         if parsed is not None and not parsed.state and parsed.suffix == names.LOG_SUFFIX \
                 and parsed.base_offset < target["first_uncleanable_offset"]:
-            total += path.stat().st_size
-    return total
+            sizes.append(path.stat().st_size)
+    return sizes
 
 
 def choose_map_parts(sizes: list[int], split_bytes: int | None, parallelism: int) -> list[int]:
@@ -472,38 +471,46 @@ class _RoundNotDone(Exception):
     """The stage ended with the round neither complete nor failed on its board."""
 
 
-def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts: list[int], scratch: Path,
-                 run_id: str) -> tuple[Targets, dict[str, Any]]:
-    """Every partition's round in one stage of one task per core (``round_task``), biggest first; each
-    round swapped in here as soon as its board is complete, while the stage goes on with the others.
-    Returns the partitions' report entries and the stage's."""
-    started = time.time()
+def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts: list[int], segments: list[int],
+                 scratch: Path, run_id: str) -> tuple[Targets, dict[str, Any]]:
+    """Every partition's round in one stage of one task per core (``round_task``), biggest first. The
+    stage is launched first: while Spark starts its tasks, the driver locks and plans each round and
+    hands it to them in the run dir (``scratch``). Each round is swapped in here as soon as a worker
+    says it is settled, while the stage goes on with the others. Returns the partitions' report
+    entries and the stage's."""
+    from kafkalog.maintenance import split_clean
+
+    started, cpu_started = time.time(), time.process_time()
+    split_clean.start_run_dir(scratch)
+    common = {k: shipped[0][k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
+    item = {**common, "run_dir": str(scratch)}  # the same for every task; the rounds come through the run dir
+    # One task per core, but not more than there can be key-map parts and groups to share.
+    tasks = max(1, min(sc.defaultParallelism, sum(parts) + sum(segments)))
+    outcome: dict[str, Any] = {}
+
+    def run_stage() -> None:
+        try:
+            outcome["outs"] = sc.parallelize([item] * tasks, tasks).map(round_task).collect()
+        except Exception as exc:  # noqa: BLE001 - a task lost too often: what is not complete fails
+            first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+            outcome["error"] = f"the Spark stage failed: {type(exc).__name__}: {first}"
+
+    runner = threading.Thread(target=run_stage, name="kafkalog-clean-stage", daemon=True)
+    runner.start()
     rounds, results = [], []
-    for i in sorted(range(len(shipped)), key=lambda i: -sizes[i]):  # biggest first, the small ones end the stage
-        r = DriverRound(shipped[i], started)
-        if r.prepare(store, scratch, parts[i]):
-            rounds.append(r)
-        else:
-            results.append(r.out)
-    stage: dict[str, Any] = {"rounds": len(rounds), "plan_rounds_s": round(time.time() - started, 3)}
-    if not rounds:
-        return results, stage
+    stage: dict[str, Any] = {}
     try:
-        common = {k: shipped[0][k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
-        item = {**common, "rounds": [r.plan.to_dict() for r in rounds]}  # the same for every task
-        work = sum(r.plan.parts + len(r.plan.groups) for r in rounds)
-        tasks = max(1, min(sc.defaultParallelism, work))
-        outcome: dict[str, Any] = {}
-
-        def run_stage() -> None:
-            try:
-                outcome["outs"] = sc.parallelize([item] * tasks, tasks).map(round_task).collect()
-            except Exception as exc:  # noqa: BLE001 - a task lost too often: what is not complete fails
-                first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
-                outcome["error"] = f"the Spark stage failed: {type(exc).__name__}: {first}"
-
-        runner = threading.Thread(target=run_stage, name="kafkalog-clean-stage", daemon=True)
-        runner.start()
+        try:
+            for i in sorted(range(len(shipped)), key=lambda i: -sizes[i]):  # the small ones end the stage
+                r = DriverRound(shipped[i], started)
+                if r.prepare(store, scratch, parts[i]):
+                    split_clean.publish_plan(scratch, len(rounds), r.plan)
+                    rounds.append(r)
+                else:
+                    results.append(r.out)
+        finally:
+            split_clean.publish_plans_end(scratch, len(rounds))  # the tasks return once these are settled
+        stage.update(rounds=len(rounds), plan_rounds_s=round(time.time() - started, 3))
         pending = list(rounds)
         while pending:
             stage_over = not runner.is_alive()  # looked at before the boards: what they show then is final
@@ -511,7 +518,8 @@ def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts:
             if stage_over:
                 task_errors = [o["error"] for o in outcome.get("outs", []) if not o["ok"]]
                 because = outcome.get("error") or next(iter(task_errors), "the stage ended")
-            for r in [r for r in pending if stage_over or r.board.settled()]:
+            said = set() if stage_over else split_clean.settled_rounds(scratch)
+            for r in [r for r in pending if stage_over or (r.board.directory.name in said and r.board.settled())]:
                 pending.remove(r)
                 r.finish(run_id, started, because)
                 results.append(r.out)
@@ -523,6 +531,7 @@ def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts:
             r.end()
     outs = outcome.get("outs", [])
     stage.update(tasks=tasks, stage_s=round(time.time() - started, 3), error=outcome.get("error"),
+                 driver_cpu_s=round(time.process_time() - cpu_started, 3),
                  executors=sorted({o["executor"] for o in outs}),
                  task_s=[o.get("task_s") for o in outs], idle_per_task_s=[o.get("idle_s") for o in outs],
                  groups_per_task=[sum(len(d["groups_written"]) for d in o.get("rounds", {}).values()) for o in outs],
@@ -626,12 +635,14 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
         doc["spark"].update(check_executors_see(sc, log_dirs, shipped, store, cache_dir, doc["scratch_dir"]))
         timings["executor_check_s"] = round(time.time() - t_probe, 3)
         apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
-        sizes = [recopy_bytes(store, t) for t in shipped]
+        segment_sizes = [recopy_sizes(store, t) for t in shipped]
+        sizes = [sum(s) for s in segment_sizes]
         parts = choose_map_parts(sizes, args.split_bytes, sc.defaultParallelism)
         t_job = time.time()
         scratch = Path(doc["scratch_dir"]) / doc["run_id"]
         try:
-            results, doc["spark"]["stage"] = clean_rounds(sc, store, shipped, sizes, parts, scratch, doc["run_id"])
+            results, doc["spark"]["stage"] = clean_rounds(sc, store, shipped, sizes, parts,
+                                                          [len(s) for s in segment_sizes], scratch, doc["run_id"])
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         timings["clean_job_s"] = round(time.time() - t_job, 3)

@@ -10,22 +10,27 @@ of the last partition is written, whether the job is one huge partition or many 
    crashed cleaner resolved, the segment groups (lists of source base offsets) and which of them
    the final bits of the map will answer;
 2. every worker of the job, in parallel: ``run_split_task`` over every round, each on its ``Board``,
-   a scratch dir every worker sees. A worker writes the latest group that is ready (of the earliest
-   round that has one), else takes a key-map part nobody holds (``parts`` maps that share the keys
-   by hash) and builds it from the last dirty segment to the first, publishing each segment's
-   supersession bits once they are final (every later record is in). A group is ready as soon as
-   every part has published its segments: the latest groups, which keep the most records, are
-   written while the map goes on, and a worker with no part left to map writes another round's
-   groups instead of waiting. A group that also holds clean-prefix records needs the whole map: its
-   parts are saved when they are done, and the group is written from them. Parts and groups are
-   claimed with a lock each and published with their result; a worker returns once every round is
-   complete or failed. A worker that dies releases its locks: its part or group is taken over,
-   from the start. A failure fails its own round only: it is published on that round's board, the
-   other workers leave the round, and every other round goes on;
-3. the driver, as each round completes: ``collect`` its parts' and groups' results, then
-   ``swap_and_finish`` — each group swapped in under the partition lock (unless its sources changed
-   since they were read), the cleaner checkpoint, the journal; or, when the round failed,
-   ``discard`` — every ``.cleaned`` file removed, the log untouched.
+   a scratch dir every worker sees. The workers may start before the driver has planned every
+   round: the driver publishes each plan in the job's run dir as it is made (``publish_plan``),
+   then their count (``publish_plans_end``), and the workers take them up as they come. A worker
+   writes the latest group that is ready (of the earliest round that has one), else takes a
+   key-map part nobody holds (``parts`` maps that share the keys by hash) and builds it from the
+   last dirty segment to the first, publishing each segment's supersession bits once they are
+   final (every later record is in). A group is ready as soon as every part has published its
+   segments: the latest groups, which keep the most records, are written while the map goes on,
+   and a worker with no part left to map writes another round's groups instead of waiting. A
+   group that also holds clean-prefix records needs the whole map: its parts are saved when they
+   are done, and the group is written from them. Parts and groups are claimed with a lock each
+   and published with their result; a worker returns once every round is complete or failed. A
+   worker that dies releases its locks: its part or group is taken over, from the start. A
+   failure fails its own round only: it is published on that round's board, the other workers
+   leave the round, and every other round goes on;
+3. the driver, as each round settles (the first worker to see it complete or failed says so with
+   a marker in the run dir, so that the driver watches one directory, not every board):
+   ``collect`` its parts' and groups' results, then ``swap_and_finish`` — each group swapped in
+   under the partition lock (unless its sources changed since they were read), the cleaner
+   checkpoint, the journal; or, when the round failed, ``discard`` — every ``.cleaned`` file
+   removed, the log untouched.
 
 Every worker opens a partition read-only with the same offsets and clocks, so it makes the
 decisions one process would: the segments written are byte for byte those of ``clean_partition``.
@@ -40,6 +45,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -68,6 +74,8 @@ from kafkalog.maintenance.cleaner import (
 from kafkalog.maintenance.key_map import FinalBits, HashedKeyMap, KeyMap, tracks_range
 
 POLL_S = 0.004  # how often an idle worker looks for work (a group takes 50-500 ms)
+PLAN_PREFIX, PLANS_END = "round-", "rounds-end.json"  # in the run dir: the plans, then their count
+SETTLED_PREFIX = "settled-"  # in the run dir, + a board's name: that round is complete or failed
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,39 @@ def map_parts_for(workers: int) -> int:
     return max(1, workers // 2)
 
 
+def _publish(path: Path, data: bytes) -> None:
+    # Whole or absent, by rename: a reader never sees a torn file. Not fsynced (unlike
+    # checkpoint.atomic_write_bytes): a run dir does not outlive its job, a crash discards it. The
+    # temporary name is the writer's own: two workers may say the same round is settled at once.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def publish_plan(run_dir: Path, index: int, plan: RoundPlan) -> None:
+    """Driver: hand round ``index`` (0, 1, ... in order) to the job's workers."""
+    _publish(run_dir / f"{PLAN_PREFIX}{index}.json", json.dumps(plan.to_dict()).encode())
+
+
+def publish_plans_end(run_dir: Path, count: int) -> None:
+    """Driver: no round after the first ``count`` (the workers return once those are settled)."""
+    _publish(run_dir / PLANS_END, json.dumps({"count": count}).encode())
+
+
+def start_run_dir(run_dir: Path) -> None:
+    """Driver, before the workers start: the run dir, without the plans and markers a killed job of
+    the same run id left (its boards go one by one, under each partition's cleaner lock)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(run_dir):
+        if entry.is_file() and (entry.name == PLANS_END or entry.name.startswith((PLAN_PREFIX, SETTLED_PREFIX))):
+            os.unlink(entry.path)
+
+
+def settled_rounds(run_dir: Path) -> set[str]:
+    """Driver: the names of the boards a worker has seen settled (one listing of the run dir)."""
+    return {n[len(SETTLED_PREFIX):] for n in os.listdir(run_dir) if n.startswith(SETTLED_PREFIX)}
+
+
 class Board:
     """The files the workers of one round share in its scratch dir: per key-map part a lock, the
     final bits of each segment it passed, its statistics once done (and the part itself when a group
@@ -169,15 +210,8 @@ class Board:
         finally:
             os.close(fd)  # releases the lock
 
-    def _publish(self, path: Path, data: bytes) -> None:
-        # Whole or absent, by rename: a reader never sees a torn file. Not fsynced (unlike
-        # checkpoint.atomic_write_bytes): a board does not outlive its round, a crash discards it.
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-
     def publish_json(self, name: str, doc: dict[str, Any]) -> None:
-        self._publish(self._path(name), json.dumps(doc).encode())
+        _publish(self._path(name), json.dumps(doc).encode())
 
     def read_json(self, name: str) -> dict[str, Any] | None:
         """A published document; once seen, it is not read again (results never change)."""
@@ -189,7 +223,7 @@ class Board:
         return self._results[name]
 
     def publish_bits(self, part: int, base: int, words: np.ndarray[Any, Any]) -> None:
-        self._publish(self._bits_path(part, base), np.ascontiguousarray(words, dtype=np.uint64).tobytes())
+        _publish(self._bits_path(part, base), np.ascontiguousarray(words, dtype=np.uint64).tobytes())
 
     def has_bits(self, base: int) -> bool:
         """Whether every part has published the final bits of the segment at ``base``."""
@@ -236,6 +270,10 @@ class Board:
     def settled(self) -> bool:
         """Nothing left to do in this round: complete, or failed."""
         return self.complete() or self.failure() is not None
+
+    def say_settled(self) -> None:
+        """Tell the driver the round is settled: a marker beside the board, in the run dir it watches."""
+        _publish(self.directory.parent / f"{SETTLED_PREFIX}{self.directory.name}", b"")
 
 
 class _RoundWorker:
@@ -311,21 +349,43 @@ class _JobWorker:
     """One worker of the job (``run_split_task``): ready groups first, then free key-map parts, over
     every round, until every round is settled."""
 
-    def __init__(self, store: LogStore, plans: list[RoundPlan], worker: str) -> None:
+    def __init__(self, store: LogStore, plans: list[RoundPlan], worker: str, run_dir: Path | None) -> None:
         self.store, self.worker = store, worker
         self.boards = [Board(plan) for plan in plans]
-        self._open: dict[int, _RoundWorker] = {}  # rounds this worker has worked in and not seen complete
+        self.run_dir = run_dir  # where more plans arrive, until the driver says how many there are
+        self._open: dict[int, _RoundWorker] = {}  # rounds this worker has worked in and not seen settled
+        self._settled: set[int] = set()
         self.did: dict[str, dict[str, list[Any]]] = {}
         self.failed: dict[str, str] = {}
         self.idle_s = 0.0
 
+    def _take_new_plans(self) -> None:
+        """The plans the driver has published since the last look, in order; stop looking after the last."""
+        assert self.run_dir is not None
+        present = set(os.listdir(self.run_dir))
+        while f"{PLAN_PREFIX}{len(self.boards)}.json" in present:
+            doc = json.loads((self.run_dir / f"{PLAN_PREFIX}{len(self.boards)}.json").read_bytes())
+            self.boards.append(Board(RoundPlan.from_dict(doc)))
+        # A plan renamed into place just before the end can escape a listing made meanwhile: the
+        # next look finds it.
+        if PLANS_END in present and len(self.boards) >= json.loads((self.run_dir / PLANS_END).read_bytes())["count"]:
+            self.run_dir = None
+
     def run(self) -> None:
         while True:
-            active = [i for i, board in enumerate(self.boards) if not board.settled()]
-            for i in list(self._open):
-                if i not in active:
-                    del self._open[i]  # its segments closed, its loaded map parts freed
-            if not active:
+            if self.run_dir is not None:
+                self._take_new_plans()
+            active = []
+            for i, board in enumerate(self.boards):
+                if i in self._settled:
+                    continue
+                if not board.settled():
+                    active.append(i)
+                    continue
+                self._settled.add(i)
+                board.say_settled()  # whoever sees it first; any other worker, if that one dies first
+                self._open.pop(i, None)  # its segments closed, its loaded map parts freed
+            if not active and self.run_dir is None:
                 return
             # Finish what is under way before starting more: a round's groups, then the next map.
             if any(self._attempt(i, self._write_a_ready_group) for i in active):
@@ -383,12 +443,14 @@ class _JobWorker:
         return False
 
 
-def run_split_task(store: LogStore, plans: list[RoundPlan], worker: str = "") -> dict[str, Any]:
+def run_split_task(store: LogStore, plans: list[RoundPlan], worker: str = "",
+                   run_dir: Path | None = None) -> dict[str, Any]:
     """Step 2, in every worker of the job: write ready groups and build free key-map parts of every
-    round until each round is complete or failed; returns what this worker did (``rounds``: per
-    round the parts it mapped and the groups it wrote; ``failed``: the rounds it failed, and why)."""
+    round (``plans``, and with ``run_dir`` those the driver publishes there) until each round is
+    complete or failed; returns what this worker did (``rounds``: per round the parts it mapped and
+    the groups it wrote; ``failed``: the rounds it failed, and why)."""
     started = time.perf_counter()
-    job = _JobWorker(store, plans, worker)
+    job = _JobWorker(store, plans, worker, run_dir)
     job.run()
     return {"rounds": job.did, "failed": job.failed, "idle_s": round(job.idle_s, 3),
             "task_s": round(time.perf_counter() - started, 3)}

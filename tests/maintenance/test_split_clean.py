@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -217,6 +219,53 @@ def test_one_job_of_many_rounds_writes_the_bytes_of_one_pass_each(tmp_path: Path
     assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
     assert cleaner_checkpoint(tmp_path / "job") == cleaner_checkpoint(tmp_path / "one")
     assert verify_store(job_store).ok
+
+
+def test_rounds_handed_to_the_workers_while_they_run(tmp_path: Path) -> None:
+    """As in the Spark job: the workers start with no plan; the driver publishes the rounds one by one, then
+    their count; the first worker to see a round settled says so, and the driver finds every round there."""
+    job_store, planned = _job_beside_one_pass(tmp_path, THREE)
+    run_dir = tmp_path / "scratch"
+    for stale in (split_clean.PLANS_END, f"{split_clean.PLAN_PREFIX}0.json", f"{split_clean.SETTLED_PREFIX}t-0"):
+        (run_dir / stale).write_text("{}")  # what a killed job of the same run id left
+    split_clean.start_run_dir(run_dir)
+    assert sorted(os.listdir(run_dir)) == sorted(plan.round.name for plan, _ in planned)  # the boards only
+    with ThreadPoolExecutor(3) as pool:
+        tasks = [pool.submit(split_clean.run_split_task, job_store, [], f"w{w}", run_dir) for w in range(2)]
+        for index, (plan, _ctx) in enumerate(planned):
+            time.sleep(0.05)
+            assert not any(t.done() for t in tasks)  # they wait for the rest
+            split_clean.publish_plan(run_dir, index, plan)
+        split_clean.publish_plans_end(run_dir, len(planned))
+        done = [t.result(timeout=60) for t in tasks]
+    assert all(d["failed"] == {} for d in done)
+    assert split_clean.settled_rounds(run_dir) == {plan.round.name for plan, _ in planned}
+    for plan, ctx in planned:
+        assert sorted(b for d in done for b in d["rounds"].get(plan.round.name, {}).get("groups_written", [])) == \
+            [g[0] for g in plan.groups]
+        split_clean.swap_and_finish(ctx, *split_clean.collect(split_clean.Board(plan)))
+    assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
+
+
+def test_two_workers_may_publish_the_same_file_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both have written their temporary file before either renames it (two workers saying the same round
+    is settled): each has its own, so both renames succeed."""
+    both_written = threading.Barrier(2, timeout=10)
+    rename = os.replace
+
+    def replace_after_the_other_wrote(src: str | Path, dst: str | Path) -> None:
+        both_written.wait()
+        rename(src, dst)
+
+    monkeypatch.setattr(split_clean.os, "replace", replace_after_the_other_wrote)
+    plan = split_clean.RoundPlan(split_clean.SplitRound("t", 0, 0, 1, T0, T0), [[0]], [True], str(tmp_path / "t-0"),
+                                 1, {})
+    (tmp_path / "t-0").mkdir()
+    with ThreadPoolExecutor(2) as pool:
+        for f in [pool.submit(split_clean.Board(plan).say_settled) for _ in range(2)]:
+            f.result(timeout=20)
+    assert split_clean.settled_rounds(tmp_path) == {"t-0"}
+    assert sorted(os.listdir(tmp_path)) == ["settled-t-0", "t-0"]  # no temporary file left
 
 
 def test_a_failed_round_does_not_stop_the_others(tmp_path: Path) -> None:

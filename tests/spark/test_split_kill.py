@@ -151,9 +151,9 @@ def _leftovers(log_dir: Path) -> list[str]:
 
 def _boards(scratch: Path, run_id: str) -> list[Path]:
     """The boards of the partitions being cleaned (the driver makes them as it plans the rounds and removes
-    them when the stage is over)."""
+    them when the stage is over); the files beside them are the plans and the settled markers."""
     try:
-        return [scratch / run_id / d for d in sorted(os.listdir(scratch / run_id))]
+        return sorted(e for e in (scratch / run_id).iterdir() if e.is_dir())
     except OSError:
         return []
 

@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import shutil
 import socket
 import sys
@@ -163,7 +164,7 @@ def round_task(item: dict[str, Any]) -> dict[str, Any]:
     ready segment groups and the free key-map parts of every round, until each round is complete or
     failed. A round's failure is published on its board; anything else comes back as a dict."""
     _set_numba_cache(item["numba_cache_dir"])
-    started = time.time()
+    started, usage = time.time(), resource.getrusage(resource.RUSAGE_SELF)
     out: dict[str, Any] = {"ok": False, "error": None, "executor": executor_name(), "host": socket.gethostname(),
                            "pid": os.getpid(), "task_started_at": started}
     try:
@@ -186,6 +187,9 @@ def round_task(item: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - reported with the rounds it leaves undone
         out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
     out["task_finished_at"] = time.time()
+    end = resource.getrusage(resource.RUSAGE_SELF)
+    out.update(user_s=round(end.ru_utime - usage.ru_utime, 3), sys_s=round(end.ru_stime - usage.ru_stime, 3),
+               minor_faults=end.ru_minflt - usage.ru_minflt, switches=end.ru_nivcsw - usage.ru_nivcsw)
     return out
 
 
@@ -534,6 +538,9 @@ def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts:
                  driver_cpu_s=round(time.process_time() - cpu_started, 3),
                  executors=sorted({o["executor"] for o in outs}),
                  task_s=[o.get("task_s") for o in outs], idle_per_task_s=[o.get("idle_s") for o in outs],
+                 cpu_per_task_s=[[o.get("user_s"), o.get("sys_s")] for o in outs],
+                 faults_per_task=[o.get("minor_faults") for o in outs],
+                 preempted_per_task=[o.get("switches") for o in outs],
                  groups_per_task=[sum(len(d["groups_written"]) for d in o.get("rounds", {}).values()) for o in outs],
                  task_errors=[o["error"] for o in outs if not o["ok"]])
     if outs:

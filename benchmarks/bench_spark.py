@@ -342,7 +342,7 @@ def standalone_cluster(env: Env, workdir: Path, workers: int = 2) -> Iterator[tu
                 with urllib.request.urlopen(f"http://{LOOPBACK}:{webui}/json/", timeout=2) as response:
                     if ready(json.load(response)):
                         return
-            except OSError:
+            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
                 continue
 
     try:

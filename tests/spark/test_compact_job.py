@@ -172,7 +172,7 @@ def _standalone_cluster(spark: Spark, workdir: Path, workers: int = 2) -> Iterat
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as response:
                     state = json.load(response)
-            except OSError:
+            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
                 continue
             alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
         yield url, [p.pid for p in procs]

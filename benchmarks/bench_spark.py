@@ -198,8 +198,9 @@ from kafkalog.maintenance.warmup import warm
 store = LogStore([Path(sys.argv[1])])
 warm()  # the kernels loaded before the clock starts, as the Spark job's probe loads them into its workers
 partitions = [int(p) for p in sys.argv[5].split(",")] if len(sys.argv) > 5 else None
-if partitions is not None:  # one of a pair: wait for the other, so that both clocks start together
+if partitions is not None:  # one of a pair: say it is ready, wait for the other, so both clocks start together
     go = Path(sys.argv[4])
+    go.with_name(f"{go.name}.ready-{sys.argv[5]}").touch()
     while not go.exists():
         time.sleep(0.001)
 t1, started_at = time.perf_counter(), time.time()
@@ -240,13 +241,19 @@ def run_pair(env: Env, logs: Path, partitions: int) -> dict[str, Any]:
     go = logs.parent / "go"
     go.unlink(missing_ok=True)
     started = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(logs), str(env.now_ms), str(env.wall_ms), str(go),
-                               ",".join(str(p) for p in range(half, partitions, 2))],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env, cwd=REPO)
-             for half in (0, 1)]
-    time.sleep(0.5)
-    go.touch()  # both have loaded the kernels by now, or wait for nothing but the file
+    halves = [",".join(str(p) for p in range(half, partitions, 2)) for half in (0, 1)]
+    args = [sys.executable, "-c", _CHILD, str(logs), str(env.now_ms), str(env.wall_ms), str(go)]
+    procs = [subprocess.Popen([*args, half], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env,
+                              cwd=REPO) for half in halves]
+    ready = [go.with_name(f"{go.name}.ready-{p}") for p in halves]
+    deadline = time.perf_counter() + 120
+    while not all(r.exists() for r in ready) and time.perf_counter() < deadline \
+            and all(p.poll() is None for p in procs):
+        time.sleep(0.01)
+    go.touch()  # both have loaded the kernels and faulted in their table memory (warm()): start together
     outs = [p.communicate() for p in procs]
+    for r in ready:
+        r.unlink(missing_ok=True)
     wall = time.perf_counter() - started
     go.unlink()
     for p, (_out, err) in zip(procs, outs, strict=True):

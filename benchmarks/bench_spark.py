@@ -15,10 +15,11 @@ all with the same ``now_ms`` and ``wall_now_ms``:
 (a) ``compact()`` (what ``kafkalog compact`` runs) in a child process, timed inside it: Python start-up,
     imports and loading the numba kernels (``warmup.warm()``, as the job's probe does in each Python
     worker) are excluded, as in ``bench_compaction``;
-(p) the limit two cores set, with no Spark (multi-partition set only): two such children started together,
-    each compacting every other partition with ``compact(topic=, partition=)``, timed from the first one's
-    start to the last one's end. On a VM whose two vCPUs slow each other down (shared host cores, one
-    clock for both), this is what any two-worker job can reach at best, measured in the same rounds;
+(p) the limit two cores set, with no Spark (multi-partition set only): two such children started together
+    once both have warmed up, each compacting every other partition with ``compact(topic=, partition=)``,
+    timed from the first one's start to the last one's end. On a VM whose two vCPUs slow each other down
+    (shared host cores, one clock for both), this is what any two-worker job can reach at best, measured in
+    the same rounds;
 (b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2] --driver-java-options
     "$LEAN_JVM_OPTIONS"`` (C1 only, serial GC: see ``compact_logs.LEAN_JVM_OPTIONS``);
 (c) the same job on a standalone master with 2 one-core workers, all on 127.0.0.1, started for each run

@@ -5,10 +5,11 @@
 
 The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
 reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
-the same log dirs, takes every selected partition's cleaner lock and plans its round, then cleans
-them all in one stage of one task per core (``round_task``): any task builds any partition's key map
-(from its last segment back) or writes the segment groups a map has passed, so every core has work
-until the last group; the driver swaps each partition in as soon as its groups are all written.
+the same log dirs, then cleans every selected partition in one stage of one task per core
+(``round_task``). While Spark launches the stage, the driver takes each partition's cleaner lock and
+plans its round, handing the plans to the tasks as it makes them. Any task builds any partition's key
+map (from its last segment back) or writes the segment groups a map has passed, so every core has
+work until the last group; the driver swaps each partition in as soon as its groups are all written.
 Tasks get paths and offsets and return a small dict: no record bytes go through Spark. Every task
 uses the driver's ``now_ms`` and one ``wall_now_ms`` chosen on the driver, so the segments written are
 byte for byte those of ``kafkalog compact`` in one process for the same input and clocks.

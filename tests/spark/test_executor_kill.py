@@ -7,7 +7,9 @@ swaps a partition in once its board is complete. Three times in one job an execu
 of its tasks holds such a claim: that task's Python worker, seen holding it, is frozen with SIGSTOP; if it
 still holds it, the files are noted and the executor's whole tree (its JVM, pyspark's daemon and workers:
 descendants of the standalone workers, stopped and then killed by id, never by name) is killed. The
-moments: (1) a worker writing a group, once its ``.cleaned`` segment is begun; (2) the next worker seen
+moments: (1) a worker writing a group, once its ``.cleaned`` segment is begun (and both executors' workers
+have held a claim: a task still starting fetches its binary from the peer executor, and waits 5 s to
+retry if that one dies); (2) the next worker seen
 with a claim after kill 1, at once; (3) a worker first seen after kill 2 (typically a relaunched
 executor's), at its first claim. The claims of the dead are free again: the other task or a retry takes
 them over from the start. Spark re-runs lost tasks on a surviving or a relaunched executor and finishes,
@@ -268,6 +270,11 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
                   job_args=["--scratch-dir", str(scratch)])
     kills: list[Kill] = []
     earlier: set[int] = set()  # kill 3: the Python workers alive at kill 2 do not qualify
+    # Kill 1 waits until both executors' workers have held a claim: a task that has not started yet fetches
+    # the stage's task binary from its peer executor, and if that one dies meanwhile it retries after 5 s
+    # (spark.shuffle.io.retryWait); the job then went on with the other executor's task alone and
+    # finished before any relaunched executor could be the third kill's.
+    claimed_by: set[int] = set()
     watch = _ExecutorWatch(cluster_pids[1:], scratch.resolve())  # the workers (the master comes first)
     listening: set[str] = set()
     listened_at = 0.0
@@ -282,8 +289,10 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
                 listened_at = now
             if len(kills) < len(MOMENTS):
                 moment, qualifies = MOMENTS[len(kills)]
-                for holder in watch.holders():
-                    if holder.pid in earlier or not qualifies(holder, log_dir):
+                holders = watch.holders()
+                claimed_by |= {h.executor for h in holders}
+                for holder in holders:
+                    if holder.pid in earlier or not qualifies(holder, log_dir) or len(claimed_by) < 2:
                         continue
                     kill = _try_kill(holder, moment, log_dir, scratch.resolve(), t0)
                     if kill is not None:

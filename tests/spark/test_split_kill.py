@@ -18,15 +18,17 @@ driver swaps each partition in as soon as its board is complete, while the stage
 2. On ``local[2]`` the whole job (spark-submit's process group, stopped at once, then it and its descendants
    killed) is SIGKILLed: while the stage runs (half of a partition's groups' ``.cleaned`` segments written,
    nothing swapped yet), or as soon as the driver's first swap has marked an old segment ``.deleted``
-   (typically mid-swap: ``.swap`` files in place). Every other partition is then untouched.
-   ``kafkalog recover`` and ``kafkalog verify`` must pass, no key may lose its latest value, every segment
-   group must be wholly old or wholly new, and the job run again (with the killed run's id, so it meets
-   the stale boards) must exit 0 with the single-process cleaner's records, byte for byte what the
-   single-process cleaner makes of the same recovered log dir, and byte for byte the single-process result
-   from the original logs for every partition without a group swapped in at the kill (all of them, when
-   killed before the first swap). A partition killed with some groups swapped in is recleaned with their
-   smaller segments grouped anew (by either cleaner), so its segments differ from a one-pass result while
-   its records do not.
+   (typically mid-swap: ``.swap`` files in place). At most one partition is then partly swapped in (the
+   driver swaps one at a time). The poller shares the two cores with the job and may see the moment late
+   (a partition's swaps take a few ms): a kill that missed it is checked all the same and tried again,
+   up to three times. ``kafkalog recover`` and ``kafkalog verify`` must pass, no key may lose its latest
+   value, every segment group must be wholly old or wholly new, and the job run again (with the killed
+   run's id, so it meets the stale boards) must exit 0 with the single-process cleaner's records, byte
+   for byte what the single-process cleaner makes of the same recovered log dir, and byte for byte the
+   single-process result from the original logs for every partition without a group swapped in at the
+   kill (all of them, when killed before the first swap). A partition killed with some groups swapped
+   in is recleaned with their smaller segments grouped anew (by either cleaner), so its segments differ
+   from a one-pass result while its records do not.
 
 Skipped with the reason when pyspark or Java is missing, except under ``CI=true`` where that fails.
 """
@@ -82,6 +84,7 @@ PARTITIONS = range(len(CODECS))
 # long enough to hit, and the kills are aimed by the driver's log and by freezing, not by luck.
 SEGMENTS = 40
 LOCAL_CONF = [f"spark.driver.extraJavaOptions={QUICK_JVM}"]  # local[2]: the executors run in the driver's JVM
+ATTEMPTS = 3  # kills of the whole job, to land one at the moment aimed at
 # The driver logs which task attempt starts, finishes or is lost where; everything else stays at WARN.
 LOG4J2 = """\
 rootLogger.level = warn
@@ -439,10 +442,11 @@ def test_executors_killed_mid_stage_are_retried_to_the_same_bytes(tmp_path: Path
 
 # --- 2. the whole job killed ----------------------------------------------------------------------------
 def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Path, run_id: str,
-              moment: str) -> tuple[str, dict[str, dict[str, int]], float]:
+              moment: str) -> tuple[str, dict[str, dict[str, int]], float] | None:
     """Run the job on local[2] and SIGKILL it: once a partition has half of its groups' .cleaned segments and
     nothing is swapped out yet (``group-stage``), or once the driver has swapped out a partition's first
-    old segments (``first-swaps``). Returns that partition, every partition's files then, and when."""
+    old segments (``first-swaps``). Returns that partition, every partition's files then, and when; None
+    if this poller saw the moment too late (it shares two cores with the job's three busy processes)."""
     t0 = time.perf_counter()
     proc = _start(spark, [log_dir], report, logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
                   job_args=["--scratch-dir", str(scratch), "--run-id", run_id])
@@ -454,7 +458,7 @@ def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Pa
             state = {d.name: _in_flight(d) for d in dirs}
             if moment == "group-stage":
                 if any(s["swapped_out"] for s in state.values()):
-                    break  # too late: the assertion below says so
+                    break  # too late
                 target = next((name for name, s in state.items()
                                if s["cleaned"] >= len(logs.groups[int(name.rsplit("-", 1)[1])]) // 2), "")
             else:
@@ -466,38 +470,41 @@ def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Pa
     finally:
         at_s = time.perf_counter() - t0
         kill_tree(proc)
-    assert proc.returncode == -signal.SIGKILL and target, \
-        f"the job ended ({proc.returncode}) or went past the moment ({moment}) before it was seen"
+    if proc.returncode != -signal.SIGKILL or not target:
+        return None
     return target, {d.name: _in_flight(d) for d in dirs}, at_s
 
 
 @pytest.mark.parametrize("moment", ["group-stage", "first-swaps"])
 def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path, spark: Spark, logs: Logs,
                                                                   warm: subprocess.Popen[bytes], moment: str) -> None:
-    victim = _copy(logs.template, tmp_path / "victim" / "logs")
-    scratch = tmp_path / "scratch"
     _wait_warm(spark, warm)
-    target, state, at_s = _kill_job(spark, victim, tmp_path / "killed.json", logs, scratch, "killed", moment)
-    print(f"\n{moment}: SIGKILLed the job at {at_s:.2f} s, {target} caught; files then {state}; "
-          f"boards left in the scratch dir: {sorted(p.name for p in (scratch / 'killed').iterdir())}")
-    if moment == "group-stage":
-        assert state[target]["cleaned"] and not any(s["swapped_out"] for s in state.values()), state
+    # The poller shares two cores with the job: under load it can see the moment late (a partition's swaps
+    # take a few ms). Every kill is checked for old-or-new; a kill that missed the moment is tried again.
+    for attempt in range(1, ATTEMPTS + 1):
+        victim = _copy(logs.template, tmp_path / f"victim-{attempt}" / "logs")
+        scratch = tmp_path / f"scratch-{attempt}"
+        killed_at = _kill_job(spark, victim, tmp_path / f"killed-{attempt}.json", logs, scratch, "killed", moment)
+        if killed_at is None:
+            print(f"\n{moment}, attempt {attempt}: the job went past the moment before the poller saw it")
+            continue
+        target, state, at_s = killed_at
+        print(f"\n{moment}, attempt {attempt}: SIGKILLed the job at {at_s:.2f} s, {target} caught; files then "
+              f"{state}; boards left in the scratch dir: {sorted(p.name for p in (scratch / 'killed').iterdir())}")
+        counts = _recover_old_or_new(victim, logs.template, PARTITIONS, logs.before, logs.reference, logs.groups)
+        assert _leftovers(victim) == []
+        print(f"after recover: verify passes, no key lost; groups new/old per partition: {counts}")
+        # The driver swaps one partition at a time: at most one is partly swapped in, whenever the kill lands.
+        partly = [p for p, (new, old) in counts.items() if new and old]
+        assert len(partly) <= 1, counts
+        if moment == "group-stage":
+            assert state[target]["cleaned"] and all(new == 0 for new, _old in counts.values()), (state, counts)
+            break
+        if partly:  # the kill landed between a partition's first and last swap
+            break
+        print("the kill landed between two partitions' swaps: trying again")
     else:
-        assert state[target]["swapped_out"], state
-
-    counts = _recover_old_or_new(victim, logs.template, PARTITIONS, logs.before, logs.reference, logs.groups)
-    assert _leftovers(victim) == []
-    new_groups = {p: new for p, (new, _old) in counts.items()}
-    old_groups = {p: old for p, (_new, old) in counts.items()}
-    print(f"after recover: verify passes, no key lost; groups new/old per partition: "
-          f"{ {p: (new_groups[p], old_groups[p]) for p in PARTITIONS} }")
-    killed = int(target.rsplit("-", 1)[1])
-    # The driver swaps one partition at a time: at its first swap, no other partition has a group swapped in.
-    assert all(new_groups[p] == 0 for p in PARTITIONS if p != killed), counts
-    if moment == "group-stage":
-        assert new_groups[killed] == 0, "a group was swapped in before the kill"
-    else:
-        assert new_groups[killed] and old_groups[killed], "the kill did not land between the first and last swap"
+        pytest.fail(f"{ATTEMPTS} kills all missed the moment {moment}")
 
     # What the single-process cleaner makes of the recovered log dir, for the same clocks.
     resumed = _copy(victim, tmp_path / "resumed" / "logs")
@@ -520,7 +527,7 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
     assert _digest(victim) == _digest(resumed)
     same = {p: _digest(victim / f"{TOPIC}-{p}") == _digest(logs.ref / f"{TOPIC}-{p}") for p in PARTITIONS}
     print(f"byte for byte the single-process result from the template, per partition: {same}")
-    assert all(same[p] for p in PARTITIONS if not (new_groups[p] and old_groups[p])), same
+    assert all(same[p] for p, (new, _old) in counts.items() if not new), same
     if moment == "group-stage":
         assert _digest(victim) == _digest(logs.ref)
     assert run_cli("verify", "--log-dir", str(victim)).code == 0

@@ -118,7 +118,10 @@ class RoundPlan:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> RoundPlan:
-        return cls(**{**doc, "round": SplitRound(**doc["round"])})
+        """The plan ``to_dict`` gave, also after a JSON round trip (which makes the producer ids strings
+        and their states lists: the cleaner looks producers up by int id)."""
+        producers = {int(pid): (int(last), int(epoch)) for pid, (last, epoch) in doc["producers"].items()}
+        return cls(**{**doc, "round": SplitRound(**doc["round"]), "producers": producers})
 
 
 def plan_round(store: LogStore, location: PartitionLocation, job: SplitRound, board: Path,
@@ -153,6 +156,11 @@ def _publish(path: Path, data: bytes) -> None:
 def publish_plan(run_dir: Path, index: int, plan: RoundPlan) -> None:
     """Driver: hand round ``index`` (0, 1, ... in order) to the job's workers."""
     _publish(run_dir / f"{PLAN_PREFIX}{index}.json", json.dumps(plan.to_dict()).encode())
+
+
+def read_plan(run_dir: Path, index: int) -> RoundPlan:
+    """Worker: round ``index`` as the driver published it."""
+    return RoundPlan.from_dict(json.loads((run_dir / f"{PLAN_PREFIX}{index}.json").read_bytes()))
 
 
 def publish_plans_end(run_dir: Path, count: int) -> None:
@@ -364,8 +372,7 @@ class _JobWorker:
         assert self.run_dir is not None
         present = set(os.listdir(self.run_dir))
         while f"{PLAN_PREFIX}{len(self.boards)}.json" in present:
-            doc = json.loads((self.run_dir / f"{PLAN_PREFIX}{len(self.boards)}.json").read_bytes())
-            self.boards.append(Board(RoundPlan.from_dict(doc)))
+            self.boards.append(Board(read_plan(self.run_dir, len(self.boards))))
         # A plan renamed into place just before the end can escape a listing made meanwhile: the
         # next look finds it.
         if PLANS_END in present and len(self.boards) >= json.loads((self.run_dir / PLANS_END).read_bytes())["count"]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cleaner import DAY, T0, _mixed_log, clean, cleaner_checkpoint, live_digest, new_store, put
+from test_cleaner import DAY, T0, _mixed_log, clean, cleaner_checkpoint, live_digest, new_store, produce, put
 
 from kafkalog.errors import CleanerError
 from kafkalog.format.key_table import bits_set
@@ -186,9 +186,10 @@ def _job_beside_one_pass(tmp_path: Path, one_pass: tuple[tuple[str, int], ...]
     return job_store, _plan_job(job_store, tmp_path / "scratch")
 
 
-def _plan_job(store: LogStore, scratch: Path) -> list[tuple[split_clean.RoundPlan, CleanContext]]:
+def _plan_job(store: LogStore, scratch: Path, partitions: tuple[tuple[str, int], ...] = THREE
+              ) -> list[tuple[split_clean.RoundPlan, CleanContext]]:
     plans = []
-    for topic, partition in THREE:
+    for topic, partition in partitions:
         location = store.locate(topic, partition)
         active = store.open_log(location, read_only=True).active_segment.base_offset
         board = scratch / location.directory.name
@@ -244,6 +245,31 @@ def test_rounds_handed_to_the_workers_while_they_run(tmp_path: Path) -> None:
         assert sorted(b for d in done for b in d["rounds"].get(plan.round.name, {}).get("groups_written", [])) == \
             [g[0] for g in plan.groups]
         split_clean.swap_and_finish(ctx, *split_clean.collect(split_clean.Board(plan)))
+    assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
+
+
+def test_a_plan_handed_over_as_a_file_keeps_the_producer_state(tmp_path: Path) -> None:
+    """The plans reach the workers as JSON files: producer ids must come back as the ints the cleaner looks
+    up, or a producer's last batch, whose record a later one supersedes, would be dropped instead of kept
+    (as an empty batch, as Kafka keeps it)."""
+    store, loc = new_store(tmp_path / "one", segment_bytes="1024")
+    with store.writable_log(loc) as log:
+        put(log, [(f"k{i % 9}", f"v{i}") for i in range(40)])
+        produce(log, 5, 0, [("k1", "from the producer")], transactional=False)
+        put(log, [(f"k{i % 9}", f"w{i}") for i in range(40)])  # supersedes the producer's record
+        put(log, [("tail", "active")])
+    shutil.copytree(tmp_path / "one", tmp_path / "job")
+    one_pass = clean(store, loc)
+    assert one_pass.stats.empty_batches_kept == 1
+    job_store = LogStore([tmp_path / "job"])
+    [(plan, ctx)] = _plan_job(job_store, tmp_path / "run", (("t", 0),))
+    assert plan.producers == {5: (40, 0)}
+    split_clean.publish_plan(tmp_path / "run", 0, plan)
+    split_clean.publish_plans_end(tmp_path / "run", 1)
+    assert split_clean.read_plan(tmp_path / "run", 0) == plan
+    assert split_clean.run_split_task(job_store, [], "w", tmp_path / "run")["failed"] == {}
+    result = split_clean.swap_and_finish(ctx, *split_clean.collect(split_clean.Board(plan)))
+    assert result.stats.empty_batches_kept == 1
     assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
 
 

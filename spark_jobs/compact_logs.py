@@ -551,12 +551,13 @@ def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts:
 
 def _remove_stale_boards(scratch: Path, partition_dir: str) -> None:
     """Boards (key-map parts, bits, group results) earlier, killed runs left for this partition (its cleaner
-    lock is ours now)."""
+    lock is ours now), and such a run's dir once no board of it is left."""
+    from kafkalog.maintenance import split_clean
+
     for stale in scratch.parent.glob(f"*/{partition_dir}"):
         if stale.parent != scratch:
             shutil.rmtree(stale, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                stale.parent.rmdir()  # the run's dir, once no partition of it is left
+            split_clean.remove_dead_run_dir(stale.parent)
 
 
 # --- driver: report --------------------------------------------------------------------------------------

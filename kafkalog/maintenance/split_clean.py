@@ -168,13 +168,26 @@ def publish_plans_end(run_dir: Path, count: int) -> None:
     _publish(run_dir / PLANS_END, json.dumps({"count": count}).encode())
 
 
+def _remove_plans_and_markers(run_dir: Path) -> None:
+    for entry in os.scandir(run_dir):
+        if entry.is_file() and (entry.name == PLANS_END or entry.name.startswith((PLAN_PREFIX, SETTLED_PREFIX))):
+            os.unlink(entry.path)
+
+
 def start_run_dir(run_dir: Path) -> None:
     """Driver, before the workers start: the run dir, without the plans and markers a killed job of
     the same run id left (its boards go one by one, under each partition's cleaner lock)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    for entry in os.scandir(run_dir):
-        if entry.is_file() and (entry.name == PLANS_END or entry.name.startswith((PLAN_PREFIX, SETTLED_PREFIX))):
-            os.unlink(entry.path)
+    _remove_plans_and_markers(run_dir)
+
+
+def remove_dead_run_dir(run_dir: Path) -> None:
+    """Driver, having removed a killed job's board (under that partition's cleaner lock): that job's
+    run dir, with its plans and markers, once no board of it is left."""
+    with contextlib.suppress(OSError):  # a board left, or another driver was quicker
+        if not any(entry.is_dir() for entry in os.scandir(run_dir)):
+            _remove_plans_and_markers(run_dir)
+            run_dir.rmdir()
 
 
 def settled_rounds(run_dir: Path) -> set[str]:
@@ -192,7 +205,7 @@ class Board:
         self.directory, self.groups, self.parts = Path(plan.board), plan.groups, plan.parts
         self._results: dict[str, dict[str, Any]] = {}  # results seen: published once, never changed
         self._bits: set[tuple[int, int]] = set()
-        self._complete = False
+        self._settled = False
 
     def _path(self, name: str) -> Path:
         return self.directory / name
@@ -258,13 +271,6 @@ class Board:
             return all(self.has_bits(b) for b in self.groups[index])
         return all((self.map_done(p) or {}).get("saved") for p in range(self.parts))
 
-    def complete(self) -> bool:
-        """Every key-map part and every group published (one listing of the board, no failed opens)."""
-        if not self._complete:
-            present = set(os.listdir(self.directory))
-            self._complete = all(f"map-{p}.json" in present for p in range(self.parts)) and \
-                all(f"group-{g[0]}.json" in present for g in self.groups)
-        return self._complete
 
     def fail(self, message: str) -> None:
         if self.failure() is None:
@@ -276,8 +282,14 @@ class Board:
         return None if failed is None else str(failed["error"])
 
     def settled(self) -> bool:
-        """Nothing left to do in this round: complete, or failed."""
-        return self.complete() or self.failure() is not None
+        """Nothing left to do in this round: every key-map part and every group published, or a failure
+        (one listing of the board, no failed opens)."""
+        if not self._settled:
+            present = set(os.listdir(self.directory))
+            self._settled = "failed.json" in present or (
+                all(f"map-{p}.json" in present for p in range(self.parts))
+                and all(f"group-{g[0]}.json" in present for g in self.groups))
+        return self._settled
 
     def say_settled(self) -> None:
         """Tell the driver the round is settled: a marker beside the board, in the run dir it watches."""

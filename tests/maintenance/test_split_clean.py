@@ -273,6 +273,25 @@ def test_a_plan_handed_over_as_a_file_keeps_the_producer_state(tmp_path: Path) -
     assert live_digest(tmp_path / "job") == live_digest(tmp_path / "one")
 
 
+def test_a_dead_jobs_run_dir_goes_with_its_last_board(tmp_path: Path) -> None:
+    """A killed job leaves its plans, markers and boards; the next driver removes each board under that
+    partition's cleaner lock, and the run dir with its plans and markers once no board is left."""
+    run_dir = tmp_path / "killed-run"
+    for board in ("t-0", "t-1"):
+        (run_dir / board).mkdir(parents=True)
+        (run_dir / board / "group-0.json").write_text("{}")
+    for name in (f"{split_clean.PLAN_PREFIX}0.json", f"{split_clean.PLAN_PREFIX}1.json", split_clean.PLANS_END,
+                 f"{split_clean.SETTLED_PREFIX}t-0"):
+        (run_dir / name).write_text("{}")
+    shutil.rmtree(run_dir / "t-0")
+    split_clean.remove_dead_run_dir(run_dir)
+    assert sorted(os.listdir(run_dir)) == ["round-0.json", "round-1.json", "rounds-end.json", "settled-t-0", "t-1"]
+    shutil.rmtree(run_dir / "t-1")
+    split_clean.remove_dead_run_dir(run_dir)
+    assert not run_dir.exists()
+    split_clean.remove_dead_run_dir(run_dir)  # gone already (another driver was quicker): nothing to do
+
+
 def test_two_workers_may_publish_the_same_file_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both have written their temporary file before either renames it (two workers saying the same round
     is settled): each has its own, so both renames succeed."""

@@ -430,8 +430,10 @@ class DriverRound:
             return True
         except LogLockedError as exc:
             self.out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
-        except (KafkaLogError, OSError) as exc:
-            self.out.update(error=str(exc), error_type=type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - this partition fails, the others are still planned
+            expected = isinstance(exc, (KafkaLogError, OSError))
+            self.out.update(error=str(exc) if expected else f"unexpected {type(exc).__name__}: {exc}",
+                            error_type=type(exc).__name__)
         self.end()
         return False
 
@@ -476,19 +478,19 @@ class _RoundNotDone(Exception):
     """The stage ended with the round neither complete nor failed on its board."""
 
 
-def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts: list[int], segments: list[int],
-                 scratch: Path, run_id: str) -> tuple[Targets, dict[str, Any]]:
+def clean_rounds(sc: Any, store: Any, rounds_to_run: Targets, worker: dict[str, Any], sizes: list[int],
+                 parts: list[int], segments: list[int], scratch: Path,
+                 run_id: str) -> tuple[Targets, dict[str, Any]]:
     """Every partition's round in one stage of one task per core (``round_task``), biggest first. The
     stage is launched first: while Spark starts its tasks, the driver locks and plans each round and
     hands it to them in the run dir (``scratch``). Each round is swapped in here as soon as a worker
-    says it is settled, while the stage goes on with the others. Returns the partitions' report
-    entries and the stage's."""
+    says it is settled, while the stage goes on with the others. ``worker``: what every task needs
+    (``worker_settings``). Returns the partitions' report entries and the stage's."""
     from kafkalog.maintenance import split_clean
 
     started, cpu_started = time.time(), time.process_time()
     split_clean.start_run_dir(scratch)
-    common = {k: shipped[0][k] for k in ("log_dirs", "broker_properties", "numba_cache_dir")}
-    item = {**common, "run_dir": str(scratch)}  # the same for every task; the rounds come through the run dir
+    item = {**worker, "run_dir": str(scratch)}  # the same for every task; the rounds come through the run dir
     # One task per core, but not more than there can be key-map parts and groups to share.
     tasks = max(1, min(sc.defaultParallelism, sum(parts) + sum(segments)))
     outcome: dict[str, Any] = {}
@@ -506,8 +508,8 @@ def clean_rounds(sc: Any, store: Any, shipped: Targets, sizes: list[int], parts:
     stage: dict[str, Any] = {}
     try:
         try:
-            for i in sorted(range(len(shipped)), key=lambda i: -sizes[i]):  # the small ones end the stage
-                r = DriverRound(shipped[i], started)
+            for i in sorted(range(len(rounds_to_run)), key=lambda i: -sizes[i]):  # the small ones end the stage
+                r = DriverRound(rounds_to_run[i], started)
                 if r.prepare(store, scratch, parts[i]):
                     split_clean.publish_plan(scratch, len(rounds), r.plan)
                     rounds.append(r)
@@ -627,8 +629,14 @@ def apply_checkpoint_resets(store: Any, plan: Any) -> None:
         apply_checkpoint_resets(store, plan)
 
 
+def worker_settings(doc: dict[str, Any], broker_properties: dict[str, str]) -> dict[str, Any]:
+    """What every cleaning task needs besides the rounds: how to open the log dirs as the driver does."""
+    return {"log_dirs": doc["log_dirs"], "broker_properties": broker_properties,
+            "numba_cache_dir": doc["numba_cache_dir"]}
+
+
 def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, store: Any, plan: Any,
-                   shipped: Targets) -> Targets:
+                   rounds_to_run: Targets, worker: dict[str, Any]) -> Targets:
     timings = doc["timings"]
     log_dirs, cache_dir = doc["log_dirs"], doc["numba_cache_dir"]
     t_session = time.time()
@@ -641,16 +649,16 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
         if jvm_start is not None:
             timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)
         t_probe = time.time()
-        doc["spark"].update(check_executors_see(sc, log_dirs, shipped, store, cache_dir, doc["scratch_dir"]))
+        doc["spark"].update(check_executors_see(sc, log_dirs, rounds_to_run, store, cache_dir, doc["scratch_dir"]))
         timings["executor_check_s"] = round(time.time() - t_probe, 3)
         apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
-        segment_sizes = [recopy_sizes(store, t) for t in shipped]
+        segment_sizes = [recopy_sizes(store, t) for t in rounds_to_run]
         sizes = [sum(s) for s in segment_sizes]
         parts = choose_map_parts(sizes, args.split_bytes, sc.defaultParallelism)
         t_job = time.time()
         scratch = Path(doc["scratch_dir"]) / doc["run_id"]
         try:
-            results, doc["spark"]["stage"] = clean_rounds(sc, store, shipped, sizes, parts,
+            results, doc["spark"]["stage"] = clean_rounds(sc, store, rounds_to_run, worker, sizes, parts,
                                                           [len(s) for s in segment_sizes], scratch, doc["run_id"])
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -673,7 +681,7 @@ def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
     doc.update(now_ms=now_ms, wall_now_ms=wall_now_ms)
     broker_properties, broker = load_broker_properties(args)
     doc["log_dirs"] = log_dirs = resolve_log_dirs(args, broker.log_dirs)
-    doc["numba_cache_dir"] = cache_dir = prepare_numba_cache(args, log_dirs)
+    doc["numba_cache_dir"] = prepare_numba_cache(args, log_dirs)
     scratch_dir = str(Path(args.scratch_dir or Path(log_dirs[0]).parent / DEFAULT_SCRATCH).resolve())
     doc["scratch_dir"] = scratch_dir
     try:
@@ -698,14 +706,13 @@ def run(args: argparse.Namespace, doc: dict[str, Any], t0: float) -> int:
     except KafkaLogError as exc:
         raise JobError(str(exc)) from None
     doc["plan"]["targets"] = targets
-    doc["run_id"] = run_id = args.run_id or new_run_id()
+    doc["run_id"] = args.run_id or new_run_id()
     doc["timings"]["plan_s"] = round(time.time() - t0, 3)
 
     results: list[dict[str, Any]] = []
     if targets:
-        shipped = [{**t, "log_dirs": log_dirs, "broker_properties": broker_properties, "now_ms": now_ms,
-                    "wall_now_ms": wall_now_ms, "run_id": run_id, "numba_cache_dir": cache_dir} for t in targets]
-        results = clean_on_spark(args, doc, t0, store, plan, shipped)
+        rounds_to_run = [{**t, "now_ms": now_ms, "wall_now_ms": wall_now_ms} for t in targets]
+        results = clean_on_spark(args, doc, t0, store, plan, rounds_to_run, worker_settings(doc, broker_properties))
     else:  # a cycle with nothing to clean does not pay for a Spark session
         apply_checkpoint_resets(store, plan)
     partitions = errors + sorted(results, key=lambda r: (r["topic"], r["partition"]))

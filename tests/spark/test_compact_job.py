@@ -15,6 +15,7 @@ Processes are stopped by process group and by the ids of their descendants, neve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import ipaddress
@@ -40,6 +41,7 @@ from conftest import run_cli
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.scan import scan_batches, scan_records
 from kafkalog.log import names
+from kafkalog.log.checkpoint import read_offset_checkpoint
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
@@ -532,6 +534,8 @@ class _LocalContext:
     """Stands in for a SparkContext: runs the mapped function here, inside ``executor_view``, a context
     manager that changes what this "executor" sees of the file system."""
 
+    master = applicationId = "in-process"
+
     def __init__(self, executor_view: Any) -> None:
         self.executor_view = executor_view
         self.defaultParallelism = 1
@@ -549,6 +553,9 @@ class _LocalContext:
     def collect(self) -> list[Any]:
         with self.executor_view():
             return [self._fn(x) for x in self._data]
+
+    def stop(self) -> None:
+        pass
 
 
 def _load_job() -> Any:
@@ -593,3 +600,64 @@ def test_executors_that_do_not_share_the_log_dir_are_refused(tmp_path: Path, vie
     message = str(refused.value)
     assert str(log_dir) in message and "shared" in message and "executor on" in message
     assert ("does not exist" if view == "missing" else f"{TOPIC}-0") in message
+
+
+def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole driver (``main``), its one stage run here by ``_LocalContext``: planning partition 1
+    raises an error no kafkalog code raises on purpose (a bug). That partition is reported failed and left
+    as it was with its cleaner lock free; the others are cleaned to the single-process bytes; exit 2."""
+    from kafkalog.maintenance import split_clean
+    from kafkalog.maintenance.warmup import warm
+
+    job = _load_job()
+    template = tmp_path / "template"
+    _build(template, segments=4)
+    now_ms, wall_ms = _clocks()
+    expected = _copy(template, tmp_path / "expected")
+    _compact_single_process(expected, now_ms, wall_ms)
+    log_dir = _copy(template, tmp_path / "logs")
+    planned = split_clean.plan_round
+    warm()  # before the bug goes in: warming up plans a round of its own (here, in this process, once)
+
+    def plan_round(store: LogStore, location: Any, *rest: Any) -> Any:
+        if location.topic_partition.partition == 1:
+            raise ZeroDivisionError("a bug in planning")
+        return planned(store, location, *rest)
+
+    monkeypatch.setattr(split_clean, "plan_round", plan_round)
+    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # round_task sets it if unset: restored after
+    report = tmp_path / "report.json"
+    code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
+                     "--report", str(report), "--numba-cache-dir", str(tmp_path / "cache"),
+                     "--scratch-dir", str(tmp_path / "scratch")])
+
+    doc = json.loads(report.read_text())
+    assert code == 2 and doc["status"] == "partitions-failed"
+    by_partition = {p["partition"]: p for p in doc["partitions"]}
+    assert sorted(by_partition) == [0, 1, 2]
+    failed = by_partition[1]
+    assert (failed["ok"], failed["status"], failed["error_type"]) == (False, "failed", "ZeroDivisionError")
+    assert failed["error"] == "unexpected ZeroDivisionError: a bug in planning"
+    assert all(by_partition[p]["status"] == "cleaned" for p in (0, 2))
+    assert doc["totals"]["cleaned"] == 2 and doc["totals"]["failed"] == 1
+
+    got, want, before = _digest(log_dir), _digest(expected), _digest(template)
+    checkpoints = {name: read_offset_checkpoint(d / names.CLEANER_OFFSET_CHECKPOINT)
+                   for name, d in (("got", log_dir), ("want", expected), ("before", template))}
+    for p in (0, 2):
+        assert checkpoints["got"][(TOPIC, p)] == checkpoints["want"][(TOPIC, p)]
+    assert checkpoints["got"].get((TOPIC, 1)) == checkpoints["before"].get((TOPIC, 1)) is not None
+    assert checkpoints["want"][(TOPIC, 1)] > checkpoints["before"][(TOPIC, 1)]  # it had work to do
+    for path, sha in got.items():
+        if path == names.CLEANER_OFFSET_CHECKPOINT:
+            continue
+        if path.startswith(f"{TOPIC}-1/"):
+            assert sha == before.get(path), f"{path} changed in the partition that failed"
+        else:
+            assert sha == want.get(path), f"{path} differs from the single-process cleaner's"
+    assert {p for p in got if not p.startswith(f"{TOPIC}-1/")} == {p for p in want if not p.startswith(f"{TOPIC}-1/")}
+    assert {p for p in got if p.startswith(f"{TOPIC}-1/")} == {p for p in before if p.startswith(f"{TOPIC}-1/")}
+    with cleaner_lock(log_dir / f"{TOPIC}-1", timeout_s=0):
+        pass  # released: the next cycle can clean it

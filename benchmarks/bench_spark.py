@@ -20,6 +20,9 @@ all with the same ``now_ms`` and ``wall_now_ms``:
     timed from the first one's start to the last one's end. On a VM whose two vCPUs slow each other down
     (shared host cores, one clock for both), this is what any two-worker job can reach at best, measured in
     the same rounds;
+(m) the machine's own limit, at the start of every round: a pure Python integer loop (~1 s; no memory
+    traffic, no I/O, nothing shared) by one process, then by two at once: 2 x one's time / the pair's is
+    what the VM's two vCPUs give right then. Not a contestant: it says how far any two-process result can go;
 (b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2] --driver-java-options
     "$LEAN_JVM_OPTIONS"`` (C1 only, serial GC: see ``compact_logs.LEAN_JVM_OPTIONS``);
 (c) the same job on a standalone master with 2 one-core workers, all on 127.0.0.1, started for each run
@@ -46,6 +49,7 @@ import argparse
 import hashlib
 import ipaddress
 import json
+import multiprocessing
 import os
 import shutil
 import socket
@@ -166,6 +170,43 @@ def _fresh_copy(source: Path, work: Path) -> Path:
     subprocess.run(["cp", "-r", str(source), str(work / "logs")], check=True)
     subprocess.run(["sync"], check=True)
     return work / "logs"
+
+
+# --- the machine's own limit ---------------------------------------------------------------------------
+CPU_LOOP_N = 12_000_000  # ~0.8-1.2 s here
+
+
+def _cpu_loop(start: Any, out: Any) -> None:
+    start.wait()
+    started = time.perf_counter()
+    x = 0
+    for i in range(CPU_LOOP_N):
+        x += i * i
+    out.put(time.perf_counter() - started)
+
+
+def _cpu_loops_at_once(processes: int) -> float:
+    ctx = multiprocessing.get_context("fork")
+    start, out = ctx.Barrier(processes + 1), ctx.Queue()
+    children = [ctx.Process(target=_cpu_loop, args=(start, out)) for _ in range(processes)]
+    for child in children:
+        child.start()
+    start.wait()  # every child has started and is released with this clock
+    started = time.perf_counter()
+    for child in children:
+        child.join()
+    return time.perf_counter() - started
+
+
+def machine_limit(alternations: int = 3) -> dict[str, float]:
+    """(m): the same CPU loop by one process, then by two at once, ``alternations`` times (one process's
+    speed moves by up to 1.8x from one second to the next here); ``x`` = 2 x median one / median two."""
+    ones, twos = [], []
+    for _ in range(alternations):
+        ones.append(_cpu_loops_at_once(1))
+        twos.append(_cpu_loops_at_once(2))
+    one, two = statistics.median(ones), statistics.median(twos)
+    return {"one_s": round(one, 3), "two_s": round(two, 3), "x": round(2 * one / two, 3)}
 
 
 # --- processes -----------------------------------------------------------------------------------------
@@ -415,7 +456,7 @@ Results = dict[tuple[str, str], list[dict[str, Any]]]  # (data set, runner) -> o
 
 
 def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results: Results,
-                 runs: int) -> list[tuple[str, bool]]:
+                 limits: list[dict[str, float]], runs: int) -> list[tuple[str, bool]]:
     print(f"\nMedians of {runs} run(s). MB/s = MB of log in the data set (all segments, 1 MB = 10^6 B) / clean s. "
           "clean s: compact() inside the child for (a), from the first compact() start to the last end for (p), "
           "the job's clean_job_s for (b) and (c). worker warm-up: "
@@ -443,6 +484,11 @@ def print_tables(sets: list[tuple[DataSet, dict[str, Any], list[str]]], results:
     verdicts: list[tuple[str, bool]] = []
     print("\n| target | needed | measured | result |")
     print("|---|---:|---:|---|")
+    if limits:  # not a target: what the VM's two vCPUs gave a loop that shares nothing, in the same rounds
+        xs = [m["x"] for m in limits]
+        spread = f" (rounds {min(xs):.2f}-{max(xs):.2f}x)" if len(xs) > 1 else ""
+        print(f"| limit: a pure CPU loop, 2 processes / 1 process (nothing shared) | (the VM's 2 vCPUs) "
+              f"| {statistics.median(xs):.2f}x{spread} | - |")
     for data, _info, _runners in sets:
         needed = 1.5 if data.partitions > 1 else 1.3
         single_s = _median(results[(data.name, "single")], "clean_s")
@@ -553,7 +599,11 @@ def main() -> int:
     sets = [(multi, infos["multi"], ["single", "pair", "local[2]", *([] if args.no_cluster else ["standalone"])]),
             (single, infos["single"], ["single", "local[2]"])]
     results: Results = {(d.name, r): [] for d, _, rs in sets for r in rs}
+    limits: list[dict[str, float]] = []
     for round_ in range(args.runs):
+        limits.append(machine_limit())
+        print(f"round {round_ + 1}: (m) CPU loop: 1 process {limits[-1]['one_s']:.2f} s, 2 at once "
+              f"{limits[-1]['two_s']:.2f} s: {limits[-1]['x']:.2f}x", flush=True)
         for data, _info, runners in sets:
             for runner in runners:
                 r = run_one(env, data, runner, f"{data.name}-{TAGS[runner]}-{round_ + 1}")
@@ -561,9 +611,9 @@ def main() -> int:
                 print(f"round {round_ + 1}: {data.label()} {RUNNERS[runner]}: clean {r['clean_s']:.2f} s, "
                       f"wall {r['wall_s']:.1f} s{_round_details(runner, r)}", flush=True)
 
-    verdicts = print_tables(sets, results, args.runs)
+    verdicts = print_tables(sets, results, limits, args.runs)
     (DATA / "spark-results.json").write_text(json.dumps(
-        {"args": vars(args), "data": infos, "now_ms": now_ms,
+        {"args": vars(args), "data": infos, "now_ms": now_ms, "machine_limit": limits,
          "results": {f"{d}/{r}": v for (d, r), v in results.items()}}, indent=1))
     shutil.rmtree(DATA / "spark-runs", ignore_errors=True)
     passed = sum(ok for _, ok in verdicts)

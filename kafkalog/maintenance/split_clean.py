@@ -206,6 +206,10 @@ class Board:
         self._results: dict[str, dict[str, Any]] = {}  # results seen: published once, never changed
         self._bits: set[tuple[int, int]] = set()
         self._settled = False
+        # A board is removed only once its round is over: by its own driver after the stage, or by a
+        # later job's driver that took the partition's cleaner lock after this job's driver let it go
+        # (the round swapped in or discarded). Its workers may still look: for them, it is settled.
+        self.gone = False
 
     def _path(self, name: str) -> Path:
         return self.directory / name
@@ -283,9 +287,13 @@ class Board:
 
     def settled(self) -> bool:
         """Nothing left to do in this round: every key-map part and every group published, or a failure
-        (one listing of the board, no failed opens)."""
+        (one listing of the board, no failed opens), or the board gone (``gone``)."""
         if not self._settled:
-            present = set(os.listdir(self.directory))
+            try:
+                present = set(os.listdir(self.directory))
+            except FileNotFoundError:
+                self._settled = self.gone = True
+                return True
             self._settled = "failed.json" in present or (
                 all(f"map-{p}.json" in present for p in range(self.parts))
                 and all(f"group-{g[0]}.json" in present for g in self.groups))
@@ -293,7 +301,8 @@ class Board:
 
     def say_settled(self) -> None:
         """Tell the driver the round is settled: a marker beside the board, in the run dir it watches."""
-        _publish(self.directory.parent / f"{SETTLED_PREFIX}{self.directory.name}", b"")
+        if not self.gone:  # else the driver is done with it, and the run dir may be gone too
+            _publish(self.directory.parent / f"{SETTLED_PREFIX}{self.directory.name}", b"")
 
 
 class _RoundWorker:
@@ -382,7 +391,11 @@ class _JobWorker:
     def _take_new_plans(self) -> None:
         """The plans the driver has published since the last look, in order; stop looking after the last."""
         assert self.run_dir is not None
-        present = set(os.listdir(self.run_dir))
+        try:
+            present = set(os.listdir(self.run_dir))
+        except FileNotFoundError:  # every board removed, then the run dir (``remove_dead_run_dir``): over
+            self.run_dir = None
+            return
         while f"{PLAN_PREFIX}{len(self.boards)}.json" in present:
             self.boards.append(Board(read_plan(self.run_dir, len(self.boards))))
         # A plan renamed into place just before the end can escape a listing made meanwhile: the
@@ -420,10 +433,13 @@ class _JobWorker:
         try:
             return action(i)
         except Exception as exc:
+            self._open.pop(i, None)
+            if not board.directory.is_dir():  # removed under the worker: the round is over (``Board.gone``)
+                board.gone = True
+                return True
             message = f"{type(exc).__name__}: {exc}"
             board.fail(message)
             self.failed[board.plan.round.name] = message
-            self._open.pop(i, None)
             return True
 
     def _round(self, i: int) -> _RoundWorker:

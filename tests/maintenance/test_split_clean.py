@@ -405,3 +405,49 @@ def test_a_group_whose_sources_changed_is_not_swapped(tmp_path: Path) -> None:
             split_clean.swap_and_finish(ctx, written, maps)
     assert live_digest(logs) == before
     assert not list(location.directory.glob(f"*{names.CLEANED_SUFFIX}"))
+
+
+def test_a_board_removed_by_a_later_job_ends_that_round_for_the_workers(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later job that took a partition's cleaner lock once this job's driver let it go removes this job's
+    board of it (``_remove_stale_boards`` in the Spark job) while this job's workers may still look: before
+    a worker saw it (u-0) or while it writes a group there (u-1). The workers take those rounds as over,
+    fail none, and finish the others."""
+    job_store, planned = _job_beside_one_pass(tmp_path, (("t", 0),))
+    plans = [plan for plan, _ in planned]
+    untouched = {name: live_digest(tmp_path / "job" / name) for name in ("u-0", "u-1")}
+    shutil.rmtree(plans[1].board)
+    write = split_clean._RoundWorker.write
+
+    def removed_while_writing(self: split_clean._RoundWorker, index: int) -> int:
+        if self.board.plan.round.name == "u-1":
+            shutil.rmtree(self.board.directory)
+        return write(self, index)
+
+    monkeypatch.setattr(split_clean._RoundWorker, "write", removed_while_writing)
+    done = split_clean.run_split_task(job_store, plans, "w")
+    assert done["failed"] == {}
+    assert "u-0" not in done["rounds"] and done["rounds"]["u-1"]["groups_written"] == []
+    assert sorted(done["rounds"]["t-0"]["groups_written"]) == [g[0] for g in plans[0].groups]
+    assert [m["part"] for m in done["rounds"]["u-1"]["mapped"]] == [0]  # its map was done when it went
+    split_clean.swap_and_finish(planned[0][1], *split_clean.collect(split_clean.Board(plans[0])))
+    assert live_digest(tmp_path / "job" / "t-0") == live_digest(tmp_path / "one" / "t-0")
+    for name in ("u-0", "u-1"):  # their .cleaned leftovers aside, which the next round's recovery removes
+        assert live_digest(tmp_path / "job" / name) == untouched[name]
+
+
+def test_a_worker_whose_run_dir_is_removed_stops_looking_for_plans(tmp_path: Path) -> None:
+    """Every board of a run removed, then its run dir (``remove_dead_run_dir``), before a worker saw the
+    plans' end: it returns rather than dying on the missing dir."""
+    job_store, planned = _job_beside_one_pass(tmp_path, (("t", 0),))
+    run_dir = tmp_path / "scratch"
+    split_clean.publish_plan(run_dir, 0, planned[0][0])
+    with ThreadPoolExecutor(1) as pool:
+        task = pool.submit(split_clean.run_split_task, job_store, [], "w", run_dir)
+        deadline = time.monotonic() + 60
+        while split_clean.settled_rounds(run_dir) != {"t-0"}:
+            assert time.monotonic() < deadline and not task.done()
+            time.sleep(0.01)
+        shutil.rmtree(run_dir)
+        done = task.result(timeout=60)
+    assert done["failed"] == {} and [m["part"] for m in done["rounds"]["t-0"]["mapped"]] == [0]

@@ -6,8 +6,9 @@
 The driver checks the log dirs, builds the compaction plan exactly as ``kafkalog compact`` does (or
 reads one written by ``kafkalog compact --dry-run --json``), checks from the executors that they see
 the same log dirs, then cleans every selected partition in one stage of one task per core
-(``round_task``). While Spark launches the stage, the driver takes each partition's cleaner lock and
-plans its round, handing the plans to the tasks as it makes them. Any task builds any partition's key
+(``round_task``). The stage is queued behind the executor probe, so its tasks are up and waiting
+when the probe's answers are in; the driver then takes each partition's cleaner lock and plans its
+round, handing the plans to the tasks as it makes them. Any task builds any partition's key
 map (from its last segment back) or writes the segment groups a map has passed, so every core has
 work until the last group; the driver swaps each partition in as soon as its groups are all written.
 Tasks get paths and offsets and return a small dict: no record bytes go through Spark. Every task
@@ -49,6 +50,7 @@ DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not i
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
 MIN_SPLIT_BYTES = 64 << 20  # below this, a key map in parts costs more than it saves
 DRIVER_POLL_S = 0.01  # how often the driver looks for rounds to swap in while the stage runs
+PROBE_GROUP = "kafkalog-executor-probe"  # the probe's Spark job group: the cleaning stage is queued behind it
 # The JVMs of this job only schedule tasks and pass small dicts: C2's compiler thread, warming up
 # Spark's own code through the job, used 1.0-1.35 of the 2 cores' seconds of a 2.6 s clean phase on
 # local[2] here, taken from the Python workers that do the cleaning; C1 alone and one GC thread cost
@@ -318,6 +320,9 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     # A speculative copy of a task would find the partition's cleaner lock taken and report "locked", and
     # whichever attempt loses is killed mid-swap: one attempt per partition.
     conf.set("spark.speculation", "false")
+    # The cleaning stage is queued behind the executor probe and its tasks wait for plans: the probe's
+    # tasks must get the cores first, which FIFO scheduling (the default) guarantees.
+    conf.set("spark.scheduler.mode", "FIFO")
     conf.setIfMissing("spark.executorEnv.SPARK_LOCAL_IP", LOOPBACK)
     conf.setIfMissing("spark.executor.extraJavaOptions", LEAN_JVM_OPTIONS)
     return SparkContext.getOrCreate(conf)
@@ -341,6 +346,7 @@ def check_executors_see(sc: Any, log_dirs: list[str], targets: Targets, store: A
         if location is not None:  # a partition gone since planning fails in its own task
             expected.setdefault(str(location.log_dir), []).append(location.directory.name)
     slices = max(2, 2 * sc.defaultParallelism)
+    sc.setJobGroup(PROBE_GROUP, "kafkalog: what the executors see of the log dirs")  # CleanStage waits for it
     views = sc.parallelize(range(slices), slices).map(
         lambda _: probe_dirs(log_dirs, expected, numba_cache_dir, scratch_dir)).collect()
     for view in views:
@@ -478,33 +484,77 @@ class _RoundNotDone(Exception):
     """The stage ended with the round neither complete nor failed on its board."""
 
 
-def clean_rounds(sc: Any, store: Any, rounds_to_run: Targets, worker: dict[str, Any], sizes: list[int],
-                 parts: list[int], segments: list[int], scratch: Path,
+class CleanStage:
+    """The job's one cleaning stage, ``tasks`` x ``round_task``, run by a thread of the driver. It is
+    submitted right behind the executor probe's job (``PROBE_GROUP``): Spark's FIFO scheduler gives the
+    probe's tasks the cores first, and the cleaning tasks take them as the probe's end, while the
+    driver checks the probe's answers; they wait for plans in the run dir. So Spark's launch of the
+    stage (~0.1 s here) overlaps the probe instead of opening the clean phase. If the job stops before
+    the rounds are planned, ``call_off`` tells the waiting tasks that there are none."""
+
+    def __init__(self, sc: Any, worker: dict[str, Any], tasks: int, run_dir: Path) -> None:
+        self.sc, self.tasks, self.run_dir = sc, tasks, run_dir
+        self.item = {**worker, "run_dir": str(run_dir)}  # the same for every task
+        self.outcome: dict[str, Any] = {}
+        self.rounds_handed_over = False  # set by the driver before it plans the first round
+        self._probe_over = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kafkalog-clean-stage", daemon=True)
+
+    def start_behind_probe(self) -> None:
+        """Start the thread; it submits the stage once the probe's job is submitted (or over)."""
+        self._thread.start()
+
+    def probe_over(self) -> None:
+        self._probe_over.set()
+
+    def _run(self) -> None:
+        tracker = self.sc.statusTracker()
+        while not self._probe_over.is_set() and not tracker.getJobIdsForGroup(PROBE_GROUP):
+            self._probe_over.wait(0.002)
+        self.outcome["submitted_at"] = time.time()
+        try:
+            self.outcome["outs"] = self.sc.parallelize([self.item] * self.tasks, self.tasks).map(round_task).collect()
+        except Exception as exc:  # noqa: BLE001 - a task lost too often: what is not complete fails
+            first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
+            self.outcome["error"] = f"the Spark stage failed: {type(exc).__name__}: {first}"
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def call_off(self) -> None:
+        """The driver stops before the stage has ended. Before any round was handed over (the probe refused
+        the executors): the waiting tasks are told that none will come, and return. After (the driver
+        failed): the tasks stop as the run dir is removed and Spark stops."""
+        from kafkalog.maintenance import split_clean
+
+        self.probe_over()
+        if not self.rounds_handed_over:
+            with contextlib.suppress(OSError):
+                split_clean.publish_plans_end(self.run_dir, 0)
+            self.join()
+
+
+def stage_tasks(parallelism: int, parts: list[int], segments: list[int]) -> int:
+    """One task per core, but not more than there can be key-map parts and groups to share."""
+    return max(1, min(parallelism, sum(parts) + sum(segments)))
+
+
+def clean_rounds(runner: CleanStage, store: Any, rounds_to_run: Targets, sizes: list[int], parts: list[int],
                  run_id: str) -> tuple[Targets, dict[str, Any]]:
-    """Every partition's round in one stage of one task per core (``round_task``), biggest first. The
-    stage is launched first: while Spark starts its tasks, the driver locks and plans each round and
-    hands it to them in the run dir (``scratch``). Each round is swapped in here as soon as a worker
-    says it is settled, while the stage goes on with the others. ``worker``: what every task needs
-    (``worker_settings``). Returns the partitions' report entries and the stage's."""
+    """Every partition's round in the job's one stage (``CleanStage``, already submitted), biggest first:
+    the driver locks and plans each round and hands it to the tasks in the run dir. Each round is swapped
+    in here as soon as a worker says it is settled, while the stage goes on with the others. Returns the
+    partitions' report entries and the stage's."""
     from kafkalog.maintenance import split_clean
 
     started, cpu_started = time.time(), time.process_time()
-    split_clean.start_run_dir(scratch)
-    item = {**worker, "run_dir": str(scratch)}  # the same for every task; the rounds come through the run dir
-    # One task per core, but not more than there can be key-map parts and groups to share.
-    tasks = max(1, min(sc.defaultParallelism, sum(parts) + sum(segments)))
-    outcome: dict[str, Any] = {}
-
-    def run_stage() -> None:
-        try:
-            outcome["outs"] = sc.parallelize([item] * tasks, tasks).map(round_task).collect()
-        except Exception as exc:  # noqa: BLE001 - a task lost too often: what is not complete fails
-            first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
-            outcome["error"] = f"the Spark stage failed: {type(exc).__name__}: {first}"
-
-    runner = threading.Thread(target=run_stage, name="kafkalog-clean-stage", daemon=True)
-    runner.start()
-    rounds, results = [], []
+    scratch, outcome = runner.run_dir, runner.outcome
+    runner.rounds_handed_over = True
+    rounds: list[DriverRound] = []
+    results: Targets = []
     stage: dict[str, Any] = {}
     try:
         try:
@@ -537,7 +587,7 @@ def clean_rounds(sc: Any, store: Any, rounds_to_run: Targets, worker: dict[str, 
         for r in rounds:  # the driver itself failed (Spark, a bug): the locks still go, recovery does the rest
             r.end()
     outs = outcome.get("outs", [])
-    stage.update(tasks=tasks, stage_s=round(time.time() - started, 3), error=outcome.get("error"),
+    stage.update(tasks=runner.tasks, stage_s=round(time.time() - started, 3), error=outcome.get("error"),
                  driver_cpu_s=round(time.process_time() - cpu_started, 3),
                  executors=sorted({o["executor"] for o in outs}),
                  task_s=[o.get("task_s") for o in outs], idle_per_task_s=[o.get("idle_s") for o in outs],
@@ -546,7 +596,9 @@ def clean_rounds(sc: Any, store: Any, rounds_to_run: Targets, worker: dict[str, 
                  preempted_per_task=[o.get("switches") for o in outs],
                  groups_per_task=[sum(len(d["groups_written"]) for d in o.get("rounds", {}).values()) for o in outs],
                  task_errors=[o["error"] for o in outs if not o["ok"]])
-    if outs:
+    if "submitted_at" in outcome:  # before the clean phase began: negative
+        stage["submitted_s"] = round(outcome["submitted_at"] - started, 3)
+    if outs:  # negative: the tasks were up and waiting before the clean phase began
         stage["first_task_started_s"] = round(min(o["task_started_at"] for o in outs) - started, 3)
     return results, stage
 
@@ -637,6 +689,8 @@ def worker_settings(doc: dict[str, Any], broker_properties: dict[str, str]) -> d
 
 def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, store: Any, plan: Any,
                    rounds_to_run: Targets, worker: dict[str, Any]) -> Targets:
+    from kafkalog.maintenance import split_clean
+
     timings = doc["timings"]
     log_dirs, cache_dir = doc["log_dirs"], doc["numba_cache_dir"]
     t_session = time.time()
@@ -648,19 +702,28 @@ def clean_on_spark(args: argparse.Namespace, doc: dict[str, Any], t0: float, sto
         jvm_start = _jvm_start_s(sc)
         if jvm_start is not None:
             timings["jvm_start_to_driver_s"] = round(t0 - jvm_start, 3)
-        t_probe = time.time()
-        doc["spark"].update(check_executors_see(sc, log_dirs, rounds_to_run, store, cache_dir, doc["scratch_dir"]))
-        timings["executor_check_s"] = round(time.time() - t_probe, 3)
-        apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
-        segment_sizes = [recopy_sizes(store, t) for t in rounds_to_run]
+        segment_sizes = [recopy_sizes(store, t) for t in rounds_to_run]  # reads only
         sizes = [sum(s) for s in segment_sizes]
         parts = choose_map_parts(sizes, args.split_bytes, sc.defaultParallelism)
-        t_job = time.time()
         scratch = Path(doc["scratch_dir"]) / doc["run_id"]
+        stage = CleanStage(sc, worker, stage_tasks(sc.defaultParallelism, parts, [len(s) for s in segment_sizes]),
+                           scratch)
         try:
-            results, doc["spark"]["stage"] = clean_rounds(sc, store, rounds_to_run, worker, sizes, parts,
-                                                          [len(s) for s in segment_sizes], scratch, doc["run_id"])
+            split_clean.start_run_dir(scratch)  # before any task can look for plans there
+            t_probe = time.time()
+            stage.start_behind_probe()
+            try:
+                doc["spark"].update(check_executors_see(sc, log_dirs, rounds_to_run, store, cache_dir,
+                                                        doc["scratch_dir"]))
+            finally:
+                stage.probe_over()
+            timings["executor_check_s"] = round(time.time() - t_probe, 3)
+            apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
+            t_job = time.time()
+            results, doc["spark"]["stage"] = clean_rounds(stage, store, rounds_to_run, sizes, parts, doc["run_id"])
         finally:
+            if stage.is_alive():  # the driver stops early: the probe refused, or it failed
+                stage.call_off()
             shutil.rmtree(scratch, ignore_errors=True)
         timings["clean_job_s"] = round(time.time() - t_job, 3)
         if "first_task_started_s" in doc["spark"]["stage"]:

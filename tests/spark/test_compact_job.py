@@ -326,6 +326,8 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
     assert set(report["timings"]) >= {"plan_s", "session_start_s", "executor_check_s", "clean_job_s",
                                       "first_task_started_s", "total_s"}
     assert set(LEAN_JVM_OPTIONS.split()) <= set(report["spark"]["driver_jvm_options"])
+    # The cleaning stage was queued behind the probe: submitted before the clean phase began.
+    assert report["spark"]["stage"]["submitted_s"] < 0 and report["spark"]["stage"]["error"] is None
 
     assert _digest(distributed) == _digest(single)
     assert _digest(distributed) != _digest(template)
@@ -531,31 +533,44 @@ def test_a_cycle_with_nothing_to_clean_starts_no_spark(tmp_path: Path) -> None:
 
 
 class _LocalContext:
-    """Stands in for a SparkContext: runs the mapped function here, inside ``executor_view``, a context
-    manager that changes what this "executor" sees of the file system."""
+    """Stands in for a SparkContext: runs the mapped function here, in the calling thread, inside
+    ``executor_view``, a context manager that changes what this "executor" sees of the file system."""
 
     master = applicationId = "in-process"
 
     def __init__(self, executor_view: Any) -> None:
         self.executor_view = executor_view
         self.defaultParallelism = 1
-        self._data: list[Any] = []
-        self._fn: Any = None
+        self.job_groups: set[str] = set()
 
-    def parallelize(self, data: Sequence[Any], slices: int) -> _LocalContext:
-        self._data = list(data)
+    def parallelize(self, data: Sequence[Any], slices: int) -> _LocalRDD:
+        return _LocalRDD(self, list(data), None)
+
+    def setJobGroup(self, group: str, description: str) -> None:  # noqa: N802 - SparkContext's name
+        self.job_groups.add(group)
+
+    def statusTracker(self) -> _LocalContext:  # noqa: N802
         return self
 
-    def map(self, fn: Any) -> _LocalContext:
-        self._fn = fn
-        return self
-
-    def collect(self) -> list[Any]:
-        with self.executor_view():
-            return [self._fn(x) for x in self._data]
+    def getJobIdsForGroup(self, group: str) -> list[int]:  # noqa: N802 - the status tracker's
+        return [0] if group in self.job_groups else []
 
     def stop(self) -> None:
         pass
+
+
+@dataclass
+class _LocalRDD:
+    sc: _LocalContext
+    data: list[Any]
+    fn: Any
+
+    def map(self, fn: Any) -> _LocalRDD:
+        return _LocalRDD(self.sc, self.data, fn)
+
+    def collect(self) -> list[Any]:
+        with self.sc.executor_view():
+            return [self.fn(x) for x in self.data]
 
 
 def _load_job() -> Any:
@@ -661,3 +676,44 @@ def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: 
     assert {p for p in got if p.startswith(f"{TOPIC}-1/")} == {p for p in before if p.startswith(f"{TOPIC}-1/")}
     with cleaner_lock(log_dir / f"{TOPIC}-1", timeout_s=0):
         pass  # released: the next cycle can clean it
+
+
+def test_a_refusing_probe_calls_off_the_stage_queued_behind_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cleaning stage is submitted behind the executor probe and its tasks wait for plans. When the probe
+    refuses (an executor without the log dir), the driver tells them no round will come: they return, the
+    job exits 1 and nothing in the log dir changed."""
+    job = _load_job()
+    log_dir = tmp_path / "logs"
+    _build(log_dir, segments=4)
+    before = _digest(log_dir)
+    now_ms, wall_ms = _clocks()
+    tasks_done: list[dict[str, Any]] = []
+    round_task = job.round_task
+
+    def blind_probe(log_dirs: Sequence[str], *rest: Any) -> dict[str, Any]:
+        view = {"host": "elsewhere", "pid": 1, "executor": "1", "dirs": {d: ["does not exist or is not a directory"]
+                                                                     for d in log_dirs}}
+        return {**view, "cache_problem": None, "scratch_problem": None, "warm_s": 0.0}
+
+    def recorded_round_task(item: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = round_task(item)
+        tasks_done.append(out)
+        return out
+
+    monkeypatch.setattr(job, "probe_dirs", blind_probe)
+    monkeypatch.setattr(job, "round_task", recorded_round_task)
+    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    report = tmp_path / "report.json"
+    started = time.monotonic()
+    code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
+                     "--report", str(report), "--numba-cache-dir", str(tmp_path / "cache"),
+                     "--scratch-dir", str(tmp_path / "scratch")])
+
+    doc = json.loads(report.read_text())
+    assert code == 1 and doc["status"] == "refused"
+    assert f"log dir {log_dir} does not exist" in doc["error"] and "executor on elsewhere" in doc["error"]
+    assert [(t["ok"], t["rounds"]) for t in tasks_done] == [(True, {})]  # it ran, was told, and did nothing
+    assert time.monotonic() - started < 30
+    assert _digest(log_dir) == before
+    assert os.listdir(tmp_path / "scratch") == []  # the run dir went too

@@ -435,13 +435,17 @@ class DriverRound:
             self.board = split_clean.Board(self.plan)
             return True
         except LogLockedError as exc:
-            self.out.update(status="locked", error=str(exc), error_type=type(exc).__name__)
+            self._failed(exc, LogLockedError)
+            self.out["status"] = "locked"
         except Exception as exc:  # noqa: BLE001 - this partition fails, the others are still planned
-            expected = isinstance(exc, (KafkaLogError, OSError))
-            self.out.update(error=str(exc) if expected else f"unexpected {type(exc).__name__}: {exc}",
-                            error_type=type(exc).__name__)
+            self._failed(exc, KafkaLogError, OSError)
         self.end()
         return False
+
+    def _failed(self, exc: Exception, *expected: type[Exception]) -> None:
+        """The report's error; one of no ``expected`` type (a bug) is marked as unexpected."""
+        message = str(exc) if isinstance(exc, expected) else f"unexpected {type(exc).__name__}: {exc}"
+        self.out.update(error=message, error_type=type(exc).__name__)
 
     def finish(self, run_id: str, stage_started: float, unfinished_because: str = "") -> None:
         """Swap the round in if every part and group is published, else discard it; release the lock.
@@ -458,9 +462,7 @@ class DriverRound:
         except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
             # Its .cleaned segments go while the lock is still held; a group swapped already has none left.
             split_clean.discard(self.location, [g[0] for g in self.plan.groups])
-            expected = isinstance(exc, (KafkaLogError, OSError, _RoundNotDone))
-            self.out.update(error=str(exc) if expected else f"unexpected {type(exc).__name__}: {exc}",
-                            error_type=type(exc).__name__)
+            self._failed(exc, KafkaLogError, OSError, _RoundNotDone)
         else:
             self.out.update(ok=True, status="cleaned", error=None, end_offset=result.end_offset,
                             groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),

@@ -275,7 +275,6 @@ class Board:
             return all(self.has_bits(b) for b in self.groups[index])
         return all((self.map_done(p) or {}).get("saved") for p in range(self.parts))
 
-
     def fail(self, message: str) -> None:
         if self.failure() is None:
             self.publish_json("failed.json", {"error": message, "pid": os.getpid()})

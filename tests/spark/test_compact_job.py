@@ -617,6 +617,18 @@ def test_executors_that_do_not_share_the_log_dir_are_refused(tmp_path: Path, vie
     assert ("does not exist" if view == "missing" else f"{TOPIC}-0") in message
 
 
+def _main_in_process(job: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, log_dir: Path, now_ms: int,
+                     wall_ms: int) -> tuple[int, dict[str, Any]]:
+    """The whole driver (``main``) with ``_LocalContext`` for Spark: its exit code and its report."""
+    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # round_task sets it if unset: restored after
+    report = tmp_path / "report.json"
+    code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
+                     "--report", str(report), "--numba-cache-dir", str(tmp_path / "cache"),
+                     "--scratch-dir", str(tmp_path / "scratch")])
+    return code, json.loads(report.read_text())
+
+
 def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole driver (``main``), its one stage run here by ``_LocalContext``: planning partition 1
@@ -641,14 +653,8 @@ def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: 
         return planned(store, location, *rest)
 
     monkeypatch.setattr(split_clean, "plan_round", plan_round)
-    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # round_task sets it if unset: restored after
-    report = tmp_path / "report.json"
-    code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
-                     "--report", str(report), "--numba-cache-dir", str(tmp_path / "cache"),
-                     "--scratch-dir", str(tmp_path / "scratch")])
+    code, doc = _main_in_process(job, monkeypatch, tmp_path, log_dir, now_ms, wall_ms)
 
-    doc = json.loads(report.read_text())
     assert code == 2 and doc["status"] == "partitions-failed"
     by_partition = {p["partition"]: p for p in doc["partitions"]}
     assert sorted(by_partition) == [0, 1, 2]
@@ -702,15 +708,9 @@ def test_a_refusing_probe_calls_off_the_stage_queued_behind_it(tmp_path: Path, m
 
     monkeypatch.setattr(job, "probe_dirs", blind_probe)
     monkeypatch.setattr(job, "round_task", recorded_round_task)
-    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
-    report = tmp_path / "report.json"
     started = time.monotonic()
-    code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
-                     "--report", str(report), "--numba-cache-dir", str(tmp_path / "cache"),
-                     "--scratch-dir", str(tmp_path / "scratch")])
+    code, doc = _main_in_process(job, monkeypatch, tmp_path, log_dir, now_ms, wall_ms)
 
-    doc = json.loads(report.read_text())
     assert code == 1 and doc["status"] == "refused"
     assert f"log dir {log_dir} does not exist" in doc["error"] and "executor on elsewhere" in doc["error"]
     assert [(t["ok"], t["rounds"]) for t in tasks_done] == [(True, {})]  # it ran, was told, and did nothing

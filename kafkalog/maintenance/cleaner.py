@@ -20,17 +20,14 @@ readers are promised whatever the cycle's date.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +61,7 @@ from kafkalog.format.scan import (
     scan_records,
 )
 from kafkalog.log import checkpoint, names
+from kafkalog.log.direct_writer import DirectWriter
 from kafkalog.log.index import MAX_INT
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files
 from kafkalog.log.local_log import LocalLog
@@ -109,67 +107,6 @@ class _Scratch(threading.local):
         if len(buffers[self._turn]) < size:
             buffers[self._turn] = np.empty(max(size, len(buffers[self._turn]) * 5 // 4), dtype=np.uint8)
         return buffers[self._turn]
-
-
-def _load_sync_file_range() -> Any:
-    try:
-        function = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):  # not Linux
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    function.restype = ctypes.c_int
-    return function
-
-
-_sync_file_range = _load_sync_file_range()
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-class _BackgroundWriter:
-    """Writes a cleaned segment's windows in a second thread, one at a time, while the cleaner makes
-    the next one (the copy into the page cache and the fsync release the GIL). A window's bytes live
-    in scratch memory: ``write`` returns once the previous window is written and hands the cleaner
-    the other set of buffers (``_Scratch.flip``)."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        self._file = file
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-cleaner-writer")
-        self._pending: Future[None] | None = None
-        self._written = 0
-
-    def write(self, part: Buffer) -> None:
-        self.wait()
-        self._pending = self._pool.submit(self._write, part, self._written)
-        self._written += len(part)
-        _scratch.flip()
-
-    def _write(self, part: Buffer, position: int) -> None:
-        self._file.write(part)
-        if _sync_file_range is not None and len(part):
-            # Start the disk write of this window now (no waiting): the group's fsync then finds
-            # little left to write. Advisory: the fsync is what makes the bytes durable.
-            self._file.flush()
-            _sync_file_range(self._file.fileno(), position, len(part), _SYNC_FILE_RANGE_WRITE)
-
-    def wait(self) -> None:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
-
-    def sync(self) -> None:
-        self.wait()
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def __enter__(self) -> _BackgroundWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            if self._pending is not None:
-                self._pending.exception()  # a failed write's error is raised by wait(), not here
-        finally:
-            self._pool.shutdown(wait=True)
 
 
 _scratch = _Scratch()
@@ -524,7 +461,9 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
         last_offsets: list[I64] = []
         max_timestamps: list[I64] = []
         size = 0
-        with open(cleaned.log_path, "wb") as f, _BackgroundWriter(f) as writer:
+        # The output's bytes go to the file from a second thread, one window at a time, while the next
+        # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
+        with DirectWriter(cleaned.log_path) as writer:
             for segment in group:
                 i = bases.index(segment.base_offset)
                 upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
@@ -540,11 +479,12 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
                         segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
                         retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified):
                     writer.write(part)
+                    _scratch.flip()
                     positions.append(part_batches.position + size)
                     last_offsets.append(part_batches.last_offset)
                     max_timestamps.append(part_batches.max_timestamp)
                     size += len(part)
-            writer.sync()
+            writer.close()
         # The output was verified batch by batch (CRCs, offsets, records): index it from those batches
         # rather than read it back, as recovery would index it.
         cleaned.rebuild_indexes(np.concatenate(positions), np.concatenate(last_offsets),

@@ -108,6 +108,7 @@ class DirectWriter:
         self._pending: Future[None] | None = None
         self._position = 0  # file offset of the next byte written to the file
         self._carry = 0  # bytes at the start of the staging buffer that wait for a whole block
+        self.direct_bytes = 0  # written past the page cache
         self._closed = False
 
     # --- the caller's thread -------------------------------------------------------------------------
@@ -122,8 +123,7 @@ class DirectWriter:
         try:
             if self._carry:
                 self._buffered()  # the tail: less than a block, so not an O_DIRECT write
-                self._write_all(self._staging.at_least(self._carry, keep=self._carry)[:self._carry].data)
-                self._carry = 0
+                self._write_carry()
             os.fsync(self._fd)
         finally:
             self._shutdown()
@@ -153,6 +153,7 @@ class DirectWriter:
     # --- the writer thread ---------------------------------------------------------------------------
     def _write(self, part: Part) -> None:
         if not self.direct:
+            self._write_carry()  # left by O_DIRECT writes before a switch to the page cache
             start = self._position
             self._write_all(part.data if isinstance(part, np.ndarray) else part)
             if _sync_file_range is not None:  # advisory: start the disk write now, fsync waits for it
@@ -173,6 +174,11 @@ class DirectWriter:
         self._carry = end - whole
         staging[:self._carry] = staging[whole:end]
 
+    def _write_carry(self) -> None:
+        if self._carry:
+            self._write_all(self._staging.at_least(self._carry, keep=self._carry)[:self._carry].data)
+            self._carry = 0
+
     def _buffered(self) -> None:
         if self.direct:
             flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
@@ -187,5 +193,7 @@ class DirectWriter:
                 raise KafkaLogError(f"{self.path}: write returned {written}")
             self._position += written
             view = view[written:]
+            if self.direct:
+                self.direct_bytes += written
             if len(view) and self._position % BLOCK_BYTES:
                 self._buffered()  # a short write left the offset off a block boundary

@@ -96,13 +96,13 @@ class DirectWriter:
         self.direct = direct and _O_DIRECT != 0
         if self.direct:
             try:
-                self._fd = os.open(path, flags | _O_DIRECT, 0o644)
+                self._fd = os.open(path, flags | _O_DIRECT, 0o666)
             except OSError as e:
                 if e.errno != errno.EINVAL:  # EINVAL: this file system does not do O_DIRECT
                     raise
                 self.direct = False
         if not self.direct:
-            self._fd = os.open(path, flags, 0o644)
+            self._fd = os.open(path, flags, 0o666)
         self._staging = _per_thread.staging  # the opening thread's: its writer thread only borrows it
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-direct-writer")
         self._pending: Future[None] | None = None

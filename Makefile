@@ -30,7 +30,7 @@ bench: install
 	$(PY) -m benchmarks.bench_decode
 
 lint: install
-	$(VENV)/bin/ruff check kafkalog tests benchmarks
+	$(VENV)/bin/ruff check kafkalog tests benchmarks spark_jobs
 	$(VENV)/bin/mypy
 
 clean:

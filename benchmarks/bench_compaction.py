@@ -102,7 +102,8 @@ def _records_section(first_offset: int, keys: np.ndarray, tombstone: np.ndarray,
 def build(root: Path, size_mb: int, codec: CompressionType) -> dict[str, int]:
     marker = root / "bench-info.json"
     if marker.exists():
-        return json.loads(marker.read_text())
+        cached: dict[str, int] = json.loads(marker.read_text())
+        return cached
     if root.exists():
         shutil.rmtree(root)
     total_records = size_mb * 1_000_000 // 110
@@ -208,13 +209,13 @@ def main() -> int:
         rows.append((codec.name_kafka, mb, cp_s, clean_s, target, median_run, median_run["stats"]))
     print(f"\n{'codec':<6}{'log MB':>8}{'cp+sync s':>11}{'cp MB/s':>9}{'compact s':>11}{'MB/s':>8}"
           f"{'x cp':>7}{'target':>8}{'verdict':>9}{'peak RSS MiB':>14}{'start-up s':>12}")
-    for codec, mb, cp_s, clean_s, target, doc, _stats in rows:
+    for name, mb, cp_s, clean_s, target, doc, _stats in rows:
         ratio = (mb / clean_s) / (mb / cp_s)
-        print(f"{codec:<6}{mb:>8.0f}{cp_s:>11.2f}{mb / cp_s:>9.0f}{clean_s:>11.2f}{mb / clean_s:>8.0f}"
+        print(f"{name:<6}{mb:>8.0f}{cp_s:>11.2f}{mb / cp_s:>9.0f}{clean_s:>11.2f}{mb / clean_s:>8.0f}"
               f"{ratio:>7.2f}{target:>8.2f}{'PASS' if ratio >= target else 'FAIL':>9}"
               f"{float(doc['peak_rss_mib']):>14.0f}{float(doc['startup_s']):>12.2f}")  # type: ignore[arg-type]
-    for codec, *_rest, stats in rows:
-        print(f"{codec}: {json.dumps(stats)}")
+    for name, *_rest, stats in rows:
+        print(f"{name}: {json.dumps(stats)}")
     return 0
 
 

@@ -206,6 +206,7 @@ class Board:
         self._results: dict[str, dict[str, Any]] = {}  # results seen: published once, never changed
         self._bits: set[tuple[int, int]] = set()
         self._settled = False
+        self.failed = False  # a failure was published, as of the last ``settled``
         # A board is removed only once its round is over: by its own driver after the stage, or by a
         # later job's driver that took the partition's cleaner lock after this job's driver let it go
         # (the round swapped in or discarded). Its workers may still look: for them, it is settled.
@@ -285,18 +286,35 @@ class Board:
         return None if failed is None else str(failed["error"])
 
     def settled(self) -> bool:
-        """Nothing left to do in this round: every key-map part and every group published, or a failure
-        (one listing of the board, no failed opens), or the board gone (``gone``)."""
+        """Nothing left to do in this round, and nothing under way: every key-map part and every group
+        published; or a failure, once no worker is still writing a group (``_writing``); or the board
+        gone (``gone``). One listing of the board, no failed opens."""
         if not self._settled:
             try:
                 present = set(os.listdir(self.directory))
             except FileNotFoundError:
                 self._settled = self.gone = True
                 return True
-            self._settled = "failed.json" in present or (
-                all(f"map-{p}.json" in present for p in range(self.parts))
-                and all(f"group-{g[0]}.json" in present for g in self.groups))
+            self.failed = "failed.json" in present
+            if self.failed:
+                self._settled = not self._writing(present)
+            else:
+                self._settled = all(f"map-{p}.json" in present for p in range(self.parts)) \
+                    and all(f"group-{g[0]}.json" in present for g in self.groups)
         return self._settled
+
+    def _writing(self, present: set[str]) -> bool:
+        """Whether a worker holds a group's claim: it may still be writing that group's ``.cleaned``
+        files into the partition, which a failed round's driver must not discard before it is done.
+        A worker that claims a group after this look finds the failure and writes nothing
+        (``_JobWorker._write_a_ready_group``)."""
+        for group in self.groups:
+            name = f"group-{group[0]}.lock"
+            if name in present:
+                with self.claim(name.removesuffix(".lock")) as free:
+                    if not free:
+                        return True
+        return False
 
     def say_settled(self) -> None:
         """Tell the driver the round is settled: a marker beside the board, in the run dir it watches."""
@@ -411,7 +429,8 @@ class _JobWorker:
                 if i in self._settled:
                     continue
                 if not board.settled():
-                    active.append(i)
+                    if not board.failed:  # a failed round takes no more work; it waits for its writers
+                        active.append(i)
                     continue
                 self._settled.add(i)
                 board.say_settled()  # whoever sees it first; any other worker, if that one dies first
@@ -456,7 +475,7 @@ class _JobWorker:
             if board.map_done(part) is not None:
                 continue
             with board.claim(f"map-{part}") as mine:
-                if mine and board.map_done(part) is None:
+                if mine and board.map_done(part) is None and board.failure() is None:
                     seconds = self._round(i).build_part(part)
                     self._note(i, "mapped", {"part": part, "map_seconds": round(seconds, 3)})
                     return True
@@ -470,7 +489,9 @@ class _JobWorker:
             if board.group_done(group[0]) is not None or not board.ready(index):
                 continue
             with board.claim(f"group-{group[0]}") as mine:
-                if not mine or board.group_done(group[0]) is not None:
+                # The failure is looked for after the claim: a round found failed and free of writers
+                # (``Board.settled``) may be discarded at once, and nothing may be written into it then.
+                if not mine or board.group_done(group[0]) is not None or board.failure() is not None:
                     continue
                 self._note(i, "groups_written", self._round(i).write(index))
                 return True

@@ -336,6 +336,42 @@ def test_a_failed_round_does_not_stop_the_others(tmp_path: Path) -> None:
         assert live_digest(tmp_path / "job" / name) == live_digest(tmp_path / "one" / name)
 
 
+def test_a_round_failed_while_a_group_is_written_settles_once_that_group_is_done(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another worker fails the round while this one writes a group into the partition. Until that
+    write is over, the round is not settled: its driver, which discards every ``.cleaned`` file of a
+    failed round and lets the cleaner lock go, would otherwise discard before the write ends, and the
+    write would leave its files in the partition."""
+    store, logs = _two_rounds_of_data(tmp_path)
+    location = store.locate("t", 0)
+    first_dirty = cleaner_checkpoint(logs)[("t", 0)]
+    active = store.open_log(location, read_only=True).active_segment.base_offset
+    job = split_clean.SplitRound("t", 0, first_dirty, active, T0, T0)
+    run_dir = tmp_path / "run"
+    (run_dir / "t-0").mkdir(parents=True)
+    plan, _ctx = split_clean.plan_round(store, location, job, run_dir / "t-0", 1)
+    before = live_digest(logs)
+    driver = split_clean.Board(plan)  # what the driver's watch looks at
+    seen_while_writing: list[bool] = []
+    write = split_clean._RoundWorker.write
+
+    def failed_meanwhile(self: split_clean._RoundWorker, index: int) -> int:
+        if not seen_while_writing:
+            self.board.fail("CleanerError: another worker met a corrupt batch")
+            seen_while_writing.append(driver.settled())
+        return write(self, index)
+
+    monkeypatch.setattr(split_clean._RoundWorker, "write", failed_meanwhile)
+    done = split_clean.run_split_task(store, [plan], "w1")
+    assert seen_while_writing == [False]  # failed, but a group was being written
+    assert len(done["rounds"]["t-0"]["groups_written"]) == 1  # the one under way; no other after the failure
+    assert list(location.directory.glob(f"*{names.CLEANED_SUFFIX}"))  # what that write left
+    assert driver.settled() and driver.failed
+    assert split_clean.settled_rounds(run_dir) == {"t-0"}  # said by the worker, once its write was over
+    split_clean.discard(location, [g[0] for g in plan.groups])
+    assert live_digest(logs) == before
+
+
 def test_hashed_map_parts_answer_exactly_as_the_one_map(tmp_path: Path) -> None:
     ctx = _second_round(tmp_path)
     first_dirty = ctx.first_dirty_offset

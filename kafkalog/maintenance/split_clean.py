@@ -24,7 +24,9 @@ of the last partition is written, whether the job is one huge partition or many 
    and published with their result; a worker returns once every round is complete or failed. A
    worker that dies releases its locks: its part or group is taken over, from the start. A
    failure fails its own round only: it is published on that round's board, the other workers
-   leave the round, and every other round goes on;
+   take no more work in the round, and every other round goes on. A failed round is settled once
+   no worker holds one of its groups' locks, so that nothing is written into the partition after
+   the driver discarded the round;
 3. the driver, as each round settles (the first worker to see it complete or failed says so with
    a marker in the run dir, so that the driver watches one directory, not every board):
    ``collect`` its parts' and groups' results, then ``swap_and_finish`` — each group swapped in

@@ -321,7 +321,12 @@ def start_spark(args: argparse.Namespace, numba_cache_dir: str) -> Any:
     # whichever attempt loses is killed mid-swap: one attempt per partition.
     conf.set("spark.speculation", "false")
     # The cleaning stage is queued behind the executor probe and its tasks wait for plans: the probe's
-    # tasks must get the cores first, which FIFO scheduling (the default) guarantees.
+    # tasks must get the cores first, which FIFO scheduling (the default) guarantees. Under FAIR the
+    # waiting tasks could take every core and the probe would never run.
+    asked = conf.get("spark.scheduler.mode", "FIFO")
+    if asked.upper() != "FIFO":
+        print(f"compact_logs: warning: spark.scheduler.mode={asked} is overridden with FIFO: the cleaning "
+              "stage waits behind the executor probe, which must get the cores first", file=sys.stderr)
     conf.set("spark.scheduler.mode", "FIFO")
     conf.setIfMissing("spark.executorEnv.SPARK_LOCAL_IP", LOOPBACK)
     conf.setIfMissing("spark.executor.extraJavaOptions", LEAN_JVM_OPTIONS)

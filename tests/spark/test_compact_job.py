@@ -400,15 +400,18 @@ def _check_rounds(run: JobRun, partitions: int, tasks_lost: bool = False, parts:
 
 
 def test_local_job_with_key_maps_in_parts_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
-    """local[4]: four tasks, each partition's key map built in two hash-shared parts at once."""
+    """local[4]: four tasks, each partition's key map built in two hash-shared parts at once. Submitted
+    with FAIR scheduling, which the job overrides (its cleaning stage waits behind the probe), saying so."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=20, seed=3)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
     run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master="local[4]",
-                  job_args=["--split-bytes", "1"])
+                  conf=["spark.scheduler.mode=FAIR"], job_args=["--split-bytes", "1"])
     _print_timings("local[4], key maps in 2 parts", run)
+    # spark-submit merges the Python driver's stderr into its stdout
+    assert "warning: spark.scheduler.mode=FAIR is overridden with FIFO" in run.stdout, run.explain()
     _check_rounds(run, 3, parts=2)
     assert _digest(distributed) == _digest(single)
     scratch = Path(run.report["scratch_dir"])

@@ -10,7 +10,8 @@ should not push hot segments out of the cache.
 So the file is opened with ``O_DIRECT`` where the file system accepts it: whole blocks are written
 from a block-aligned staging buffer, the few bytes past the last whole block wait there for the
 next part, and the tail is written through the page cache at the end. Where ``O_DIRECT`` is refused
-(tmpfs, some network and FUSE file systems, or a platform without it) the file is written through
+(ramfs, tmpfs before Linux 6.6, some network and FUSE file systems, or a platform without
+it) the file is written through
 the page cache as before, and the disk write of each part is started at once with
 ``sync_file_range`` so that the final fsync finds little left to do. Either way ``close`` fsyncs:
 ``O_DIRECT`` bypasses the page cache, not the disk's own write cache.
@@ -63,12 +64,12 @@ class _Staging:
     def at_least(self, size: int, keep: int = 0) -> npt.NDArray[np.uint8]:
         """An aligned buffer of ``size`` bytes or more whose first ``keep`` bytes are as they were."""
         if len(self.raw) < size + BLOCK_BYTES:
-            kept = self._aligned()[:keep].copy()
+            kept = self.aligned()[:keep].copy()
             self.raw = np.empty(max(size, len(self.raw) * 5 // 4) + BLOCK_BYTES, dtype=np.uint8)
-            self._aligned()[:keep] = kept
-        return self._aligned()
+            self.aligned()[:keep] = kept
+        return self.aligned()
 
-    def _aligned(self) -> npt.NDArray[np.uint8]:
+    def aligned(self) -> npt.NDArray[np.uint8]:
         skip = -self.raw.ctypes.data % BLOCK_BYTES
         return self.raw[skip:skip + max(len(self.raw) - BLOCK_BYTES, 0)]
 
@@ -176,7 +177,7 @@ class DirectWriter:
 
     def _write_carry(self) -> None:
         if self._carry:
-            self._write_all(self._staging.at_least(self._carry, keep=self._carry)[:self._carry].data)
+            self._write_all(self._staging.aligned()[:self._carry].data)
             self._carry = 0
 
     def _buffered(self) -> None:

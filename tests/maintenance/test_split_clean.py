@@ -136,13 +136,21 @@ def test_a_part_left_by_a_dead_worker_is_built_again(tmp_path: Path) -> None:
     assert [m["part"] for d in done for m in d["mapped"]] == [0]
 
 
-def test_a_failed_worker_stops_the_others_and_the_driver_refuses_the_round(tmp_path: Path) -> None:
+def _planned_second_round(tmp_path: Path, board: Path) -> tuple[LogStore, Path, split_clean.RoundPlan]:
+    """``_two_rounds_of_data`` with its second round planned on ``board``, in one key-map part: the
+    store, its log dir, the plan."""
     store, logs = _two_rounds_of_data(tmp_path)
     location = store.locate("t", 0)
     first_dirty = cleaner_checkpoint(logs)[("t", 0)]
     active = store.open_log(location, read_only=True).active_segment.base_offset
     job = split_clean.SplitRound("t", 0, first_dirty, active, T0, T0)
-    plan, _ctx = split_clean.plan_round(store, location, job, tmp_path, 1)
+    plan, _ctx = split_clean.plan_round(store, location, job, board, 1)
+    return store, logs, plan
+
+
+def test_a_failed_worker_stops_the_others_and_the_driver_refuses_the_round(tmp_path: Path) -> None:
+    store, logs, plan = _planned_second_round(tmp_path, tmp_path)
+    location = store.locate("t", 0)
     last = names.log_file(location.directory, plan.groups[-1][-1])
     data = bytearray(last.read_bytes())
     data[100] ^= 0xFF  # inside the first batch's records: its CRC fails
@@ -342,14 +350,10 @@ def test_a_round_failed_while_a_group_is_written_settles_once_that_group_is_done
     write is over, the round is not settled: its driver, which discards every ``.cleaned`` file of a
     failed round and lets the cleaner lock go, would otherwise discard before the write ends, and the
     write would leave its files in the partition."""
-    store, logs = _two_rounds_of_data(tmp_path)
-    location = store.locate("t", 0)
-    first_dirty = cleaner_checkpoint(logs)[("t", 0)]
-    active = store.open_log(location, read_only=True).active_segment.base_offset
-    job = split_clean.SplitRound("t", 0, first_dirty, active, T0, T0)
     run_dir = tmp_path / "run"
     (run_dir / "t-0").mkdir(parents=True)
-    plan, _ctx = split_clean.plan_round(store, location, job, run_dir / "t-0", 1)
+    store, logs, plan = _planned_second_round(tmp_path, run_dir / "t-0")
+    location = store.locate("t", 0)
     before = live_digest(logs)
     driver = split_clean.Board(plan)  # what the driver's watch looks at
     seen_while_writing: list[bool] = []

@@ -71,7 +71,7 @@ from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
-from spark_jobs.compact_logs import LEAN_JVM_OPTIONS
+from kafkalog.pipeline.spark import LEAN_JVM_OPTIONS
 from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,12 +18,10 @@ from typing import Any, TextIO
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.format.compression import CompressionType
 from kafkalog.log.config import BrokerConfig, describe
-from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
 from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.journal import new_run_id
-from kafkalog.maintenance.retention import apply_retention, sweep_partition
-from kafkalog.policy.retention import RetentionPlan, plan_retention
+from kafkalog.pipeline import plans
 from kafkalog.tools.partitioner import default_partition
 
 
@@ -82,6 +80,20 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
         raise ConfigError("topics alter needs at least one --config k=v or --delete-config k")
     store.alter_topic(args.topic, _split_config(args.config), args.delete_config or [])
     print(f"Altered topic {args.topic}.")
+    return 0
+
+
+def cmd_topics_delete(args: argparse.Namespace) -> int:
+    from kafkalog.maintenance.topic_delete import delete_topic
+
+    store = _store(args)
+    report = delete_topic(store, args.topic, wall_now_ms=int(time.time() * 1000), run_id=new_run_id())
+    if not report.complete:
+        raise KafkaLogError(f"topic {args.topic} is marked for deletion but {len(report.failures)} partition dirs "
+                            f"were not renamed ({report.failures[0]}); run the command again or let the next "
+                            "cleanup cycle finish it")
+    print(f"Deleted topic {args.topic}: {len(report.renamed)} partition dirs renamed to *-delete; they are removed "
+          "once file.delete.delay.ms has passed")
     return 0
 
 
@@ -238,23 +250,15 @@ def _now_ms(args: argparse.Namespace) -> int:
     return int(args.now_ms)
 
 
-def _retention_targets(args: argparse.Namespace, store: LogStore) -> list[PartitionLocation]:
+def _retention_targets(args: argparse.Namespace, store: LogStore, *,
+                       include_metadata: bool = False) -> list[PartitionLocation]:
     if getattr(args, "partition", None) is not None and getattr(args, "topic", None) is None:
         raise KafkaLogError("--partition needs --topic")
     locations = store.partitions(getattr(args, "topic", None), getattr(args, "partition", None))
     if getattr(args, "topic", None) is not None and not locations:
         store.topic(args.topic)  # raises: no such topic
-    return [loc for loc in locations if loc.topic_partition.topic not in METADATA_TOPICS]
-
-
-def _plan_doc(plan: RetentionPlan) -> dict[str, Any]:
-    return {"topic": plan.topic, "partition": plan.partition, "now_ms": plan.now_ms,
-            "segments": [{"base_offset": s.base_offset, "next_offset": s.next_offset, "bytes": s.size_bytes,
-                          "reason": s.reason, "detail": s.detail} for s in plan.segments],
-            "bytes": plan.bytes, "roll_first": plan.roll_first,
-            "log_start_offset_before": plan.log_start_offset_before,
-            "log_start_offset_after": plan.log_start_offset_after,
-            "blocked_by": [str(b) for b in plan.blocked_by]}
+        raise KafkaLogError(f"partition {args.topic}-{args.partition} does not exist")
+    return [loc for loc in locations if include_metadata or loc.topic_partition.topic not in METADATA_TOPICS]
 
 
 def cmd_retention(args: argparse.Namespace) -> int:
@@ -262,61 +266,58 @@ def cmd_retention(args: argparse.Namespace) -> int:
     run_id = new_run_id()
     if args.action == "sweep":
         return _sweep(args, store, run_id)
-    now_ms = _now_ms(args)
-    docs: list[dict[str, Any]] = []
-    failures: list[str] = []
-    checkpoints = {d: LogDirCheckpoints.read(d) for d in store.log_dirs}
-    for i, location in enumerate(targets := _retention_targets(args, store)):
-        _progress(args, f"retention {args.action}: {i + 1}/{len(targets)} {location.topic_partition}")
-        tp = location.topic_partition
-        try:
-            snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
-                                    checkpoints[location.log_dir], now_ms=now_ms)
-            plan = plan_retention(snapshot, now_ms)
-            doc = _plan_doc(plan)
-            if args.action == "apply" and not plan.empty:
-                report = apply_retention(store, location, plan, run_id=run_id)
-                doc.update(applied_segments=list(report.deleted_segments), applied_bytes=report.bytes,
-                           rolled=report.rolled, log_start_offset_after=report.log_start_offset_after,
-                           marked_files=list(report.marked_files))
-        except KafkaLogError as exc:
-            failures.append(f"{tp}: {exc}")
-            doc = {"topic": tp.topic, "partition": tp.partition, "error": str(exc)}
-        docs.append(doc)
+    if getattr(args, "plan", None):
+        if args.now_ms is not None or args.topic is not None or args.partition is not None:
+            raise KafkaLogError("--plan carries its own clock and partitions: drop --now-ms/--topic/--partition")
+        plan = plans.read_plan(args.plan, plans.RETENTION_PLAN_KIND)
+        if plan["now_ms"] > int(time.time() * 1000):
+            raise KafkaLogError(f"{args.plan}: now_ms {plan['now_ms']} is in the future")
+    else:
+        targets = _retention_targets(args, store)
+        _progress(args, f"retention {args.action}: planning {len(targets)} partitions")
+        plan = plans.plan_retention(store, targets, _now_ms(args))
+    now_ms = plan["now_ms"]
+    doc: dict[str, Any] = {"run_id": run_id, "action": args.action, **plan}
+    failures = list(plan["errors"])
+    if args.action == "apply":
+        _progress(args, "retention apply: marking")
+        applied = plans.apply_retention_plan(store, plan, run_id=run_id)
+        doc["applied"] = applied["applied"]
+        failures += applied["errors"]
+        doc["errors"] = failures
     _progress_done(args)
     if args.json:
-        _emit_json({"run_id": run_id, "now_ms": now_ms, "action": args.action, "partitions": docs,
-                    "errors": failures}, sys.stdout)
+        _emit_json(doc, sys.stdout)
     else:
         verb = "marked deleted" if args.action == "apply" else "deletable"
-        for doc in docs:
-            for seg in doc.get("segments", []):
-                print(f"{doc['topic']}-{doc['partition']}\t{seg['base_offset']}\t{seg['bytes']}\t"
-                      f"{seg['reason']}\t{seg['detail']}")
-        total = sum(d.get("bytes", 0) for d in docs)
-        count = sum(len(d.get("segments", [])) for d in docs)
-        print(f"{count} segments ({total} bytes) {verb} in {len(docs)} partitions at now_ms={now_ms}")
+        partitions = plan["partitions"]
+        if args.action == "apply":
+            done = {(a["topic"], a["partition"]): set(a["segments"]) for a in doc["applied"]}
+            partitions = [{**p, "segments": [s for s in p["segments"] if s["base_offset"] in
+                                             done.get((p["topic"], p["partition"]), set())]} for p in partitions]
+        for p in partitions:
+            for seg in p["segments"]:
+                print(f"{p['topic']}-{p['partition']}\t{seg['base_offset']}\t{seg['bytes']}\t{seg['reason']}\t"
+                      f"{seg['detail']}")
+        total = sum(seg["bytes"] for p in partitions for seg in p["segments"])
+        count = sum(len(p["segments"]) for p in partitions)
+        print(f"{count} segments ({total} bytes) {verb} in {len(plan['partitions'])} partitions at now_ms={now_ms}")
         for failure in failures:
-            print(f"kafkalog: error: {failure}", file=sys.stderr)
+            print(f"kafkalog: error: {failure['topic']}-{failure['partition']}: {failure['error']}", file=sys.stderr)
     return 1 if failures else 0
 
 
 def _sweep(args: argparse.Namespace, store: LogStore, run_id: str) -> int:
     wall = int(time.time() * 1000)
-    reports = [sweep_partition(store, loc, wall_now_ms=wall, run_id=run_id) for loc in store.partitions()]
-    refused = [r for report in reports for r in report.refused]
+    doc = plans.sweep(store, _retention_targets(args, store, include_metadata=True), wall_now_ms=wall, run_id=run_id)
     if args.json:
-        _emit_json({"run_id": run_id, "wall_clock_ms": wall, "partitions": [vars(r) for r in reports],
-                    "deleted_bytes": sum(r.deleted_bytes for r in reports),
-                    "waiting_bytes": sum(r.waiting_bytes for r in reports)}, sys.stdout)
+        _emit_json({"run_id": run_id, **doc}, sys.stdout)
     else:
-        deleted = sum(len(r.deleted_files) for r in reports)
-        waiting = sum(len(r.waiting_files) for r in reports)
-        print(f"Deleted {deleted} files ({sum(r.deleted_bytes for r in reports)} bytes); {waiting} still within "
-              "file.delete.delay.ms")
-        for line in refused:
-            print(f"kafkalog: refused: {line}", file=sys.stderr)
-    return 1 if refused else 0
+        print(f"Deleted {doc['deleted_files']} files ({doc['deleted_bytes']} bytes); {doc['waiting_files']} still "
+              "within file.delete.delay.ms")
+        for e in doc["errors"]:
+            print(f"kafkalog: {e['error']}", file=sys.stderr)
+    return 1 if doc["errors"] else 0
 
 
 def cmd_journal(args: argparse.Namespace) -> int:
@@ -351,53 +352,40 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from kafkalog.maintenance.compact import compact
-
     if args.partition is not None and args.topic is None:
         raise KafkaLogError("--partition needs --topic")
     store = _store(args)
-    if args.topic is not None:
-        store.topic(args.topic)  # a clear error for an unknown topic
     now_ms = _now_ms(args)
+    if args.wall_now_ms is not None and not now_ms <= args.wall_now_ms:
+        raise KafkaLogError(f"--wall-now-ms {args.wall_now_ms} is before the cycle's clock {now_ms}")
     run_id = new_run_id()
     _progress(args, "compacting…")
-    report = compact(store, now_ms=now_ms, topic=args.topic, partition=args.partition, dry_run=args.dry_run,
-                     run_id=run_id)
+    plan = plans.plan_compaction(store, now_ms=now_ms, topic=args.topic,
+                                 partitions=None if args.partition is None else [args.partition])
+    done = {"cleaned": [], "errors": []} if args.dry_run else \
+        plans.compact_planned(store, plan, run_id=run_id, wall_now_ms=args.wall_now_ms)
     _progress_done(args)
-    plan = report.plan
-    doc = {
-        "run_id": run_id, "now_ms": now_ms, "dry_run": args.dry_run,
-        "selected": [vars_of(c) for c in report.targets],
-        "checkpoint_resets": [{"topic": r.topic, "partition": r.partition, "offset": r.offset}
-                              for r in (plan.checkpoint_resets if plan else ())],
-        "not_selected": [{"topic": n.topic, "partition": n.partition, "reason": str(n)}
-                         for n in (plan.not_selected if plan else ())],
-        "cleaned": [{"topic": r.topic, "partition": r.partition, "first_dirty_offset": r.first_dirty_offset,
-                     "end_offset": r.end_offset, "groups": r.groups, "stats": r.stats.to_dict()}
-                    for r in report.cleaned],
-        "errors": report.failures,
-    }
+    errors = plan["errors"] + done["errors"]
     if args.json:
-        _emit_json(doc, sys.stdout)
+        _emit_json({**plan, "run_id": run_id, "dry_run": args.dry_run, "cleaned": done["cleaned"], "errors": errors},
+                   sys.stdout)
     else:
-        for r in report.cleaned:
-            s = r.stats
-            print(f"{r.topic}-{r.partition}: cleaned [{r.first_dirty_offset}, {r.end_offset}) "
-                  f"{s.bytes_read / 1e6:.1f} MB -> {s.bytes_written / 1e6:.1f} MB, {s.records_read} -> "
-                  f"{s.records_written} records, {s.tombstones_removed} tombstones and {s.aborted_records_removed} "
-                  f"aborted records removed, {s.mb_per_s:.1f} MB/s, {s.recopy_percent:.1f}% recopied")
+        for r in done["cleaned"]:
+            s = r["stats"]
+            print(f"{r['topic']}-{r['partition']}: cleaned [{r['first_dirty_offset']}, {r['end_offset']}) "
+                  f"{s['bytes_read'] / 1e6:.1f} MB -> {s['bytes_written'] / 1e6:.1f} MB, {s['records_read']} -> "
+                  f"{s['records_written']} records, {s['tombstones_removed']} tombstones and "
+                  f"{s['aborted_records_removed']} aborted records removed, {s['mb_per_s']:.1f} MB/s, "
+                  f"{s['recopy_percent']:.1f}% recopied")
         if args.dry_run:
-            for c in report.targets:
-                print(f"{c.topic}-{c.partition}: would clean [{c.first_dirty_offset}, {c.first_uncleanable_offset}) "
-                      f"dirty ratio {c.dirty_ratio:.3f}, {c.cleanable_bytes} cleanable bytes")
-        print(f"{len(report.cleaned)} partitions cleaned, {len(report.failures)} failed")
-        for failure in report.failures:
+            for c in plan["selected"]:
+                print(f"{c['topic']}-{c['partition']}: would clean [{c['first_dirty_offset']}, "
+                      f"{c['first_uncleanable_offset']}) dirty ratio {c['dirty_ratio']:.3f}, "
+                      f"{c['cleanable_bytes']} cleanable bytes")
+        print(f"{len(done['cleaned'])} partitions cleaned, {len(errors)} failed")
+        for failure in errors:
             print(f"kafkalog: error: {failure['topic']}-{failure['partition']}: {failure['error']}", file=sys.stderr)
-    return 1 if report.failures else 0
-
-
-def vars_of(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__slots__} if hasattr(obj, "__slots__") else dict(vars(obj))
+    return 1 if errors else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -416,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafkalog", description="Kafka-format commit-log store tools.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    topics = sub.add_parser("topics", help="create, alter and describe topics").add_subparsers(
+    topics = sub.add_parser("topics", help="create, alter, delete and describe topics").add_subparsers(
         dest="action", required=True)
     p = topics.add_parser("create", parents=[common])
     p.add_argument("--topic", required=True)
@@ -428,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", action="append", metavar="K=V")
     p.add_argument("--delete-config", action="append", metavar="K")
     p.set_defaults(func=cmd_topics_alter)
+    p = topics.add_parser("delete", parents=[common], help="delete a topic (its dirs go after file.delete.delay.ms)")
+    p.add_argument("--topic", required=True)
+    p.set_defaults(func=cmd_topics_delete)
     p = topics.add_parser("describe", parents=[common])
     p.add_argument("--topic")
     p.add_argument("--json", action="store_true")
@@ -481,8 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = retention.add_parser(action, parents=[common], help=text)
         if action != "sweep":
             p.add_argument("--now-ms", type=int, help="the cycle's clock (default: wall clock; never later)")
-            p.add_argument("--topic")
-            p.add_argument("--partition", type=int)
+        if action == "apply":
+            p.add_argument("--plan", metavar="PLAN.json",
+                           help="apply this plan (`retention plan --json` output) instead of planning now; never "
+                                "marks more than it lists")
+        p.add_argument("--topic")
+        p.add_argument("--partition", type=int)
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=cmd_retention)
 
@@ -503,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", type=int)
     p.add_argument("--now-ms", type=int)
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--wall-now-ms", type=int,
+                   help="the wall clock stamped into new tombstone delete horizons (default: the wall clock); pin it "
+                        "to reproduce a run byte for byte")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_compact)
 

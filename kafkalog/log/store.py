@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +22,7 @@ from kafkalog.errors import InvalidTopicError, LogDirError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_name, validate_topic_overrides
 from kafkalog.log.local_log import LocalLog
-from kafkalog.log.lock import log_dir_lock, partition_lock
+from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.names import TopicPartition
 
 # Kafka's internal topics are created compacted by the broker; a log dir copied from a broker has no
@@ -33,6 +35,8 @@ INTERNAL_TOPIC_CONFIGS: Mapping[str, Mapping[str, str]] = {
 # The KRaft metadata log is trimmed by its own snapshots, never by log retention or compaction.
 METADATA_TOPICS = frozenset({"__cluster_metadata"})
 TOPICS_FILE_VERSION = 1
+DELETE_DIR_SUFFIX = "-delete"
+_DELETE_DIR = re.compile(r"^(?P<topic>.*)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-delete$")
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,15 @@ class TopicInfo:
     partitions: int
     topic_id: str
     overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeletingTopic:
+    """A topic whose deletion has begun: its partition dirs are being renamed to ``…-delete``."""
+
+    name: str
+    topic_id: str
+    since_ms: int
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ class LogStore:
                 raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
         self.broker = broker if broker is not None else BrokerConfig.from_properties({})
         self._topics: dict[str, TopicInfo] | None = None
+        self._deleting: dict[str, DeletingTopic] | None = None
         self._configs: dict[str, LogConfig] = {}
 
     # --- topics --------------------------------------------------------------------------------
@@ -77,7 +91,7 @@ class LogStore:
         Computed once per store object (a CLI invocation or a task) and refreshed by create/alter.
         """
         if self._topics is None:
-            registry = self._read_registry()
+            registry, self._deleting = self._read_registry()
             found: dict[str, list[PartitionLocation]] = {}
             for location in self.partitions():
                 found.setdefault(location.topic_partition.topic, []).append(location)
@@ -114,14 +128,17 @@ class LogStore:
         with self._admin_lock():
             if name in self.topics():
                 raise InvalidTopicError(f"topic {name!r} already exists")
+            if name in self.deleting_topics():
+                raise InvalidTopicError(f"topic {name!r} is being deleted; run `kafkalog topics delete --topic "
+                                        f"{name}` again (or wait for the next cleanup cycle) before re-creating it")
             colliding = [t for t in self.topics() if t.replace(".", "_") == name.replace(".", "_")]
             if colliding:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r} "
                                         "('.' and '_' are the same in metric names)")
             info = TopicInfo(name, partitions, checkpoint.new_topic_id(), normalised)
-            registry = self._read_registry()
+            registry, deleting = self._read_registry()
             registry[name] = info
-            self._write_registry(registry)
+            self._write_registry(registry, deleting)
             counts = {d: sum(1 for p in self.partitions() if p.log_dir == d) for d in self.log_dirs}
             for partition in range(partitions):
                 log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
@@ -142,21 +159,79 @@ class LogStore:
             overrides.update(validate_topic_overrides(set_configs))
             LogConfig.resolve(self.broker, overrides)
             updated = TopicInfo(name, info.partitions, info.topic_id, overrides)
-            registry = self._read_registry()
+            registry, deleting = self._read_registry()
             registry[name] = updated
-            self._write_registry(registry)
+            self._write_registry(registry, deleting)
             return updated
+
+    # --- topic deletion (LogManager.asyncDelete, spec §3.1) --------------------------------------
+    def deleting_topics(self) -> dict[str, DeletingTopic]:
+        """Topics whose deletion began and has not finished renaming every partition dir."""
+        self.topics()
+        assert self._deleting is not None
+        return self._deleting
+
+    def begin_topic_delete(self, name: str, *, now_ms: int) -> DeletingTopic:
+        """Record the intent to delete ``name``: from here on no command sees the topic, and its
+        partition dirs are renamed by :meth:`rename_for_delete` (a crash in between is finished by
+        whoever calls this again, or by the next cleanup cycle)."""
+        with self._admin_lock():
+            if name in self.deleting_topics():
+                return self.deleting_topics()[name]
+            info = self.topic(name)
+            if name in INTERNAL_TOPIC_CONFIGS or name in METADATA_TOPICS:
+                raise InvalidTopicError(f"topic {name!r} is an internal topic; Kafka does not delete it")
+            registry, deleting = self._read_registry()
+            registry.pop(name, None)
+            deleting[name] = DeletingTopic(name, info.topic_id, now_ms)
+            self._write_registry(registry, deleting)
+            return deleting[name]
+
+    def rename_for_delete(self, location: PartitionLocation, *, mark_time_ms: int,
+                          lock_timeout_s: float = 30.0) -> Path:
+        """Rename a partition dir to Kafka's ``<topic>-<partition>.<uuid>-delete``, under its
+        partition and cleaner locks so no append or swap is in flight. The dir's mtime is stamped
+        with the mark time first: ``file.delete.delay.ms`` runs from it, as for ``.deleted`` files."""
+        directory = location.directory
+        if directory.is_symlink():
+            raise LogDirError(f"{directory}: partition directory is a symlink; not deleted through it")
+        target = location.log_dir / delete_dir_name(location.topic_partition)
+        with cleaner_lock(directory, timeout_s=lock_timeout_s), partition_lock(directory, timeout_s=lock_timeout_s):
+            os.utime(directory, ns=(mark_time_ms * 1_000_000, mark_time_ms * 1_000_000))
+            os.rename(directory, target)
+            checkpoint.fsync_dir(location.log_dir)
+        return target
+
+    def end_topic_delete(self, name: str) -> None:
+        """Every partition dir of ``name`` is renamed: forget the intent."""
+        with self._admin_lock():
+            registry, deleting = self._read_registry()
+            if deleting.pop(name, None) is not None:
+                self._write_registry(registry, deleting)
+
+    def deleted_partition_dirs(self) -> list[tuple[TopicPartition, Path]]:
+        """Every ``…-delete`` dir (ours or a broker's) across the log dirs, waiting to be removed."""
+        out = []
+        for log_dir in self.log_dirs:
+            for entry in os.scandir(log_dir):
+                parsed = parse_delete_dir_name(entry.name)
+                if parsed is not None and entry.is_dir(follow_symlinks=False):
+                    out.append((parsed, Path(entry.path)))
+        return sorted(out, key=lambda item: item[1].name)
 
     # --- partitions ----------------------------------------------------------------------------
     def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLocation]:
-        """Every ``<topic>-<partition>`` directory, across log dirs, sorted."""
+        """Every ``<topic>-<partition>`` directory, across log dirs, sorted; none of a topic being deleted."""
+        if self._deleting is None:
+            self._deleting = self._read_registry()[1]
+        deleting = self._deleting
         out: list[PartitionLocation] = []
         for log_dir in self.log_dirs:
             for entry in os.scandir(log_dir):
                 if not entry.is_dir(follow_symlinks=False):
                     continue
                 tp = names.parse_partition_dir_name(entry.name)
-                if tp is None or (topic is not None and tp.topic != topic):
+                if tp is None or (topic is not None and tp.topic != topic) or tp.topic in deleting:
                     continue
                 if partition is not None and tp.partition != partition:
                     continue
@@ -224,7 +299,7 @@ class LogStore:
                 checkpoint.write_offset_checkpoint(path, starts)
 
     # --- registry ------------------------------------------------------------------------------
-    def _read_registry(self) -> dict[str, TopicInfo]:
+    def _read_registry(self) -> tuple[dict[str, TopicInfo], dict[str, DeletingTopic]]:
         best: tuple[int, dict[str, Any]] | None = None
         for log_dir in self.log_dirs:
             path = log_dir / names.TOPIC_CONFIG_FILE
@@ -238,16 +313,24 @@ class LogStore:
             if best is None or generation > best[0]:
                 best = (generation, doc)
         if best is None:
-            return {}
-        return {name: TopicInfo(name, int(t["partitions"]), str(t["topic_id"]), dict(t.get("config", {})))
-                for name, t in best[1]["topics"].items()}
+            return {}, {}
+        doc = best[1]
+        topics = {name: TopicInfo(name, int(t["partitions"]), str(t["topic_id"]), dict(t.get("config", {})))
+                  for name, t in doc["topics"].items()}
+        deleting = {name: DeletingTopic(name, str(d["topic_id"]), int(d["since_ms"]))
+                    for name, d in doc.get("deleting", {}).items()}
+        return topics, deleting
 
-    def _write_registry(self, topics: Mapping[str, TopicInfo]) -> None:
+    def _write_registry(self, topics: Mapping[str, TopicInfo], deleting: Mapping[str, DeletingTopic]) -> None:
         generation = 1 + max((self._generation(d) for d in self.log_dirs), default=0)
-        doc = {"version": TOPICS_FILE_VERSION, "generation": generation,
-               "topics": {t.name: {"partitions": t.partitions, "topic_id": t.topic_id,
-                                   "config": dict(sorted(t.overrides.items()))}
-                          for t in sorted(topics.values(), key=lambda t: t.name)}}
+        doc: dict[str, Any] = {
+            "version": TOPICS_FILE_VERSION, "generation": generation,
+            "topics": {t.name: {"partitions": t.partitions, "topic_id": t.topic_id,
+                                "config": dict(sorted(t.overrides.items()))}
+                       for t in sorted(topics.values(), key=lambda t: t.name)}}
+        if deleting:
+            doc["deleting"] = {d.name: {"topic_id": d.topic_id, "since_ms": d.since_ms}
+                               for d in sorted(deleting.values(), key=lambda d: d.name)}
         data = (json.dumps(doc, indent=2) + "\n").encode()
         for log_dir in self.log_dirs:
             checkpoint.atomic_write_bytes(log_dir / names.TOPIC_CONFIG_FILE, data)
@@ -262,6 +345,7 @@ class LogStore:
 
     def _invalidate(self) -> None:
         self._topics = None
+        self._deleting = None
         self._configs = {}
 
     @contextmanager
@@ -274,6 +358,18 @@ class LogStore:
 
     def _dirs_text(self) -> str:
         return ", ".join(str(d) for d in self.log_dirs)
+
+
+def delete_dir_name(tp: TopicPartition) -> str:
+    """Kafka's ``logDeleteDirName``: ``<topic>-<partition>.<uuid without dashes>-delete``, the topic
+    cut so that the whole name fits in 255 characters."""
+    suffix = f"-{tp.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return tp.topic[: 255 - len(suffix)] + suffix
+
+
+def parse_delete_dir_name(name: str) -> TopicPartition | None:
+    match = _DELETE_DIR.match(name)
+    return TopicPartition(match["topic"], int(match["partition"])) if match else None
 
 
 def _topic_id_on_disk(locations: Sequence[PartitionLocation]) -> str:

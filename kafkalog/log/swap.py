@@ -19,14 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kafkalog.log import names
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from kafkalog.log.checkpoint import fsync_dir
 
 
 def _segment_files(directory: Path, base: int, state: str) -> list[Path]:
@@ -56,7 +49,7 @@ def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Seque
         for path in _segment_files(directory, base, names.CLEANED_SUFFIX):
             if path.exists():
                 path.replace(path.with_name(path.name[: -len(names.CLEANED_SUFFIX)] + names.SWAP_SUFFIX))
-    _fsync_dir(directory)
+    fsync_dir(directory)
     marked: list[Path] = []
     for base in sorted(old_bases):
         files = _segment_files(directory, base, "")
@@ -67,5 +60,5 @@ def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Seque
         for path in _segment_files(directory, base, names.SWAP_SUFFIX):
             if path.exists():
                 path.replace(path.with_name(path.name[: -len(names.SWAP_SUFFIX)]))
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return marked

@@ -6,10 +6,11 @@ left untouched; the others are still cleaned (``CompactReport.failures``).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkalog.errors import KafkaLogError
+from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.lock import log_dir_lock
 from kafkalog.log.snapshot import LogDirCheckpoints, LogSnapshot, snapshot_for_compaction
@@ -46,34 +47,84 @@ def snapshot_compacted_logs(store: LogStore, topic: str | None = None,
     return snapshots, failures
 
 
-def compact(store: LogStore, *, now_ms: int, topic: str | None = None, partition: int | None = None,
-            dry_run: bool = False, run_id: str = "", byte_budget: int | None = None,
-            wall_now_ms: int | None = None) -> CompactReport:
-    """With a topic (and partition) named, clean those logs' cleanable ranges whatever their dirty
-    ratio; otherwise clean what the cleaner manager selects. ``wall_now_ms`` (default: the wall clock)
-    is what delete horizons are stamped from; pin it to reproduce a run byte for byte."""
-    report = CompactReport(now_ms, dry_run=dry_run)
-    snapshots, report.failures = snapshot_compacted_logs(store, topic, partition)
-    plan = select_logs_to_clean(snapshots, now_ms, byte_budget=byte_budget)
-    report.plan = plan
+@dataclass(frozen=True)
+class Selection:
+    """What one compaction run cleans: the cleaner manager's plan (its checkpoint resets and its
+    reasons for the rest) and the logs chosen, with the partitions that could not be read."""
+
+    plan: CompactionPlan
+    targets: list[LogToClean]
+    failures: list[dict[str, Any]]
+
+
+def choose_logs(store: LogStore, *, now_ms: int, topic: str | None = None, partitions: Sequence[int] | None = None,
+                byte_budget: int | None = None, among_topics: Collection[str] | None = None) -> Selection:
+    """With a topic named (and optionally partitions), every cleanable range of it whatever the dirty
+    ratio (the "compact now" Kafka users ask for); otherwise what the cleaner manager selects, among
+    ``among_topics`` when given. A named topic must exist and be compacted, and named partitions must
+    exist: anything else is refused."""
+    if partitions is not None and topic is None:
+        raise KafkaLogError("partitions need a topic")
     if topic is not None:
-        chosen = [log_to_clean(s, now_ms) for s in snapshots if s.config.compact]
-        chosen = [c for c in chosen if c.cleanable_bytes > 0]
+        info = store.topic(topic)  # a clear error for an unknown topic
+        config = store.log_config(topic)
+        if not config.compact:
+            raise ConfigError(f"topic {topic!r} has cleanup.policy={','.join(sorted(config.cleanup_policy))}: only "
+                              "a compacted topic (cleanup.policy=compact or compact,delete) can be compacted")
+        missing = sorted(set(partitions or ()) - set(range(info.partitions)))
+        if missing:
+            raise KafkaLogError(f"topic {topic!r} has {info.partitions} partitions; no partition "
+                                f"{', '.join(map(str, missing))}")
+    snapshots, failures = snapshot_compacted_logs(store, topic)
+    if among_topics is not None:
+        snapshots = [s for s in snapshots if s.topic in among_topics]
+        failures = [f for f in failures if f["topic"] in among_topics]
+    if partitions is not None:
+        wanted = set(partitions)
+        snapshots = [s for s in snapshots if s.partition in wanted]
+        failures = [f for f in failures if f["partition"] in wanted]
+    plan = select_logs_to_clean(snapshots, now_ms, byte_budget=byte_budget)
+    if topic is not None:
+        chosen = [c for c in (log_to_clean(s, now_ms) for s in snapshots if s.config.compact) if c.cleanable_bytes > 0]
     else:
         chosen = list(plan.selected)
-    report.targets = chosen
+    return Selection(plan, chosen, failures)
+
+
+def compact(store: LogStore, *, now_ms: int, topic: str | None = None, partition: int | None = None,
+            dry_run: bool = False, run_id: str = "", byte_budget: int | None = None,
+            wall_now_ms: int | None = None, partitions: Sequence[int] | None = None) -> CompactReport:
+    """Clean what :func:`choose_logs` chooses, in this process. ``wall_now_ms`` (default: the wall
+    clock) is what delete horizons are stamped from; pin it to reproduce a run byte for byte."""
+    if partition is not None:
+        partitions = [partition]
+    selection = choose_logs(store, now_ms=now_ms, topic=topic, partitions=partitions, byte_budget=byte_budget)
+    report = CompactReport(now_ms, plan=selection.plan, failures=list(selection.failures), dry_run=dry_run,
+                           targets=selection.targets)
     if dry_run:
         return report
-    apply_checkpoint_resets(store, plan)
-    for target in chosen:
-        location = store.locate(target.topic, target.partition)
-        try:
-            report.cleaned.append(clean_partition(store, location, target.first_dirty_offset,
-                                                  target.first_uncleanable_offset, now_ms=now_ms,
-                                                  wall_now_ms=wall_now_ms, run_id=run_id))
-        except (KafkaLogError, OSError) as exc:
-            report.failures.append({"topic": target.topic, "partition": target.partition, "error": str(exc)})
+    apply_checkpoint_resets(store, selection.plan)
+    ranges = [(t.topic, t.partition, t.first_dirty_offset, t.first_uncleanable_offset) for t in selection.targets]
+    cleaned, failures = clean_ranges(store, ranges, now_ms=now_ms, wall_now_ms=wall_now_ms, run_id=run_id)
+    report.cleaned += cleaned
+    report.failures += failures
     return report
+
+
+def clean_ranges(store: LogStore, ranges: Sequence[tuple[str, int, int, int]], *, now_ms: int,
+                 wall_now_ms: int | None = None, run_id: str = "") -> tuple[list[CleanResult], list[dict[str, Any]]]:
+    """Clean each ``(topic, partition, first_dirty, first_uncleanable)`` in this process; a partition
+    that fails is reported and left untouched, the others are still cleaned."""
+    cleaned: list[CleanResult] = []
+    failures: list[dict[str, Any]] = []
+    for topic, partition, first_dirty, first_uncleanable in ranges:
+        try:
+            location = store.locate(topic, partition)
+            cleaned.append(clean_partition(store, location, first_dirty, first_uncleanable, now_ms=now_ms,
+                                           wall_now_ms=wall_now_ms, run_id=run_id))
+        except (KafkaLogError, OSError) as exc:
+            failures.append({"topic": topic, "partition": partition, "error": str(exc)})
+    return cleaned, failures
 
 
 def apply_checkpoint_resets(store: LogStore, plan: CompactionPlan) -> None:

@@ -36,6 +36,7 @@ class RetentionReport:
     log_start_offset_before: int
     log_start_offset_after: int
     marked_files: tuple[str, ...]
+    mark_time_ms: int | None = None  # the wall clock stamped on the marked files (None: nothing marked)
 
 
 def wall_clock_ms() -> int:
@@ -56,24 +57,25 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
                                             LogDirCheckpoints.read(location.log_dir), now_ms=plan.now_ms),
                                plan.now_ms)
         todo = [s for s in fresh.segments if s.base_offset <= cut]
+        mark_ms = wall_clock_ms()
         rolled = False
         if todo and len(todo) == len(log.segments):
             log.roll()  # every segment goes: keep a new, empty active segment at the log end
             rolled = True
             journal.append(location.log_dir, journal.JournalEntry(
-                run_id, wall_clock_ms(), tp.topic, tp.partition, "roll", (log.active_segment.base_offset,),
+                run_id, mark_ms, tp.topic, tp.partition, "roll", (log.active_segment.base_offset,),
                 "all segments deletable", log_start_offset_before=before, log_start_offset_after=before))
-        marked = log.mark_segments_deleted(len(todo), mark_time_ms=wall_clock_ms()) if todo else []
+        marked = log.mark_segments_deleted(len(todo), mark_time_ms=mark_ms) if todo else []
         store.write_checkpoints(location, log)
         after = log.log_start_offset
         for segment in todo:
             journal.append(location.log_dir, journal.JournalEntry(
-                run_id, wall_clock_ms(), tp.topic, tp.partition, "mark-deleted", (segment.base_offset,),
+                run_id, mark_ms, tp.topic, tp.partition, "mark-deleted", (segment.base_offset,),
                 f"{segment.reason}: {segment.detail}", segment.size_bytes, before, after,
                 tuple(p.name for p in marked if names.offset_from_file_name(p.name) == segment.base_offset)))
         return RetentionReport(tp.topic, tp.partition, tuple(s.base_offset for s in todo),
                                sum(s.size_bytes for s in todo), rolled, before, after,
-                               tuple(p.name for p in marked))
+                               tuple(p.name for p in marked), mark_ms if todo else None)
 
 
 @dataclass
@@ -88,8 +90,10 @@ class SweepReport:
     refused: list[str] = field(default_factory=list)
 
 
-def sweep_partition(store: LogStore, location: PartitionLocation, *, wall_now_ms: int, run_id: str) -> SweepReport:
-    """Phase two: delete this partition's ``.deleted`` files whose delay has passed."""
+def sweep_partition(store: LogStore, location: PartitionLocation, *, wall_now_ms: int, run_id: str,
+                    dry_run: bool = False) -> SweepReport:
+    """Phase two: delete this partition's ``.deleted`` files whose delay has passed (a dry run only
+    says which)."""
     tp = location.topic_partition
     delay_ms = store.log_config(tp.topic).file_delete_delay_ms
     report = SweepReport(tp.topic, tp.partition)
@@ -106,14 +110,15 @@ def sweep_partition(store: LogStore, location: PartitionLocation, *, wall_now_ms
                 continue
             due_ms = info.st_mtime_ns // 1_000_000 + delay_ms
             if wall_now_ms >= due_ms:
-                os.unlink(entry.path)
+                if not dry_run:
+                    os.unlink(entry.path)
                 report.deleted_files.append(entry.name)
                 report.deleted_bytes += info.st_size
             else:
                 report.waiting_files.append(entry.name)
                 report.waiting_bytes += info.st_size
                 report.next_due_ms = due_ms if report.next_due_ms is None else min(report.next_due_ms, due_ms)
-    if report.deleted_files:
+    if report.deleted_files and not dry_run:
         journal.append(location.log_dir, journal.JournalEntry(
             run_id, wall_now_ms, tp.topic, tp.partition, "sweep",
             tuple(sorted({names.offset_from_file_name(n) for n in report.deleted_files})),

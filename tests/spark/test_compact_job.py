@@ -47,7 +47,7 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
-from spark_jobs.compact_logs import LEAN_JVM_OPTIONS
+from kafkalog.pipeline.spark import LEAN_JVM_OPTIONS
 from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 pytestmark = pytest.mark.spark

@@ -1,0 +1,451 @@
+"""One cleanup cycle (Kafka's LogManager and LogCleaner scheduled work) as steps with JSON in and out.
+
+Each step is what one task of the ``kafkalog_cleanup`` DAG runs; the CLI runs the same functions of
+``kafkalog.pipeline.plans``. A cycle lives in a *run dir* that every worker sees (beside the log
+dirs by default): ``cycle.json`` (its settings and clock), the shard lists, the retention and
+compaction plans, and each step's result (``results/<step>[-<shard>].json``). Tasks pass only paths
+and counts; the report reads the results from the run dir. Every step is idempotent, so a retried
+task converges on what one uninterrupted run does:
+
+- ``scan_partitions``: resolves interrupted swaps and topic deletions (as a broker start does),
+  inventories the log dirs and splits the partitions into shards by bytes.
+- ``plan_retention_shard`` / ``mark_shard``: ``deleteOldSegments`` for a shard, planned to a file,
+  then that plan applied.
+- ``delete_marked``: ``.deleted`` files and ``-delete`` dirs whose ``file.delete.delay.ms`` passed.
+- ``select_logs_to_clean``: the cleaner manager's choice, as a compaction plan.
+- ``summarize``: the cycle's report, with every partition that failed anywhere in it.
+
+The cycle's clock (``now_ms``) is fixed in ``cycle.json`` by the scan and never later than the wall
+clock; grace periods promised to readers run on the wall clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kafkalog.errors import KafkaLogError
+from kafkalog.pipeline import plans
+from kafkalog.pipeline.plans import Doc, read_json, write_json
+
+CYCLE_FILE = "cycle.json"
+DEFAULT_STATE_DIR = ".kafkalog-pipeline"  # beside the first log dir, like the Spark job's scratch dir
+SHARD_BYTES = 4 << 30  # a shard's share of the log bytes ...
+SHARD_PARTITIONS = 5000  # ... and of the partitions (retention planning costs per partition)
+MAX_SHARDS = 32
+KEEP_RUN_DIRS_S = 7 * 86_400  # run dirs (plans and results, for audit) older than this are removed
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class CycleSettings:
+    """What a cycle runs on and with which clock; written once to ``cycle.json`` by the scan."""
+
+    run_id: str
+    now_ms: int
+    log_dirs: tuple[str, ...]
+    config_file: str | None = None
+    topics: tuple[str, ...] | None = None  # only these topics (None: all)
+    dry_run: bool = False
+    wall_now_ms: int | None = None  # pins the wall clock stamped into tombstone horizons (None: the wall clock)
+
+    def __post_init__(self) -> None:
+        if not self.log_dirs:
+            raise KafkaLogError("no log directory given: set the log_dirs param or KAFKALOG_LOG_DIRS")
+        if self.now_ms < 0:
+            raise KafkaLogError(f"the cycle's clock {self.now_ms} must not be negative")
+        if self.wall_now_ms is not None and self.wall_now_ms < self.now_ms:
+            raise KafkaLogError(f"wall_now_ms {self.wall_now_ms} is before the cycle's clock {self.now_ms}")
+
+    def to_json(self) -> Doc:
+        return {"version": 1, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, doc: Doc) -> CycleSettings:
+        topics = doc.get("topics")
+        return cls(str(doc["run_id"]), int(doc["now_ms"]), tuple(doc["log_dirs"]), doc.get("config_file"),
+                   None if topics is None else tuple(topics), bool(doc.get("dry_run", False)), doc.get("wall_now_ms"))
+
+    def store(self) -> Any:
+        from kafkalog.log.config import BrokerConfig
+        from kafkalog.log.store import LogStore
+
+        return LogStore([Path(d) for d in self.log_dirs], BrokerConfig.load(self.config_file))
+
+
+def cycle_clock_ms(logical_ms: int | None, wall_ms: int | None = None) -> int:
+    """The cycle's clock: the run's logical time, never later than the wall clock."""
+    wall = wall_clock_ms() if wall_ms is None else wall_ms
+    return wall if logical_ms is None else min(logical_ms, wall)
+
+
+def run_dir_for(state_dir: Path | str | None, log_dirs: Sequence[str], dag_id: str, run_id: str) -> Path:
+    """Where a run keeps its files: ``<state dir>/<dag id>/<run id>``; the state dir defaults to
+    ``.kafkalog-pipeline`` beside the first log dir, so every worker that sees the logs sees it."""
+    base = Path(state_dir) if state_dir else Path(log_dirs[0]).resolve().parent / DEFAULT_STATE_DIR
+    return base / _safe(dag_id) / _safe(run_id)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def load_settings(run_dir: Path | str) -> CycleSettings:
+    return CycleSettings.from_json(read_json(Path(run_dir) / CYCLE_FILE))
+
+
+def _result_path(run_dir: Path | str, step: str, shard: int | None = None) -> Path:
+    return Path(run_dir) / "results" / (f"{step}.json" if shard is None else f"{step}-{shard:04d}.json")
+
+
+def _save(run_dir: Path | str, step: str, doc: Doc, shard: int | None = None) -> Doc:
+    write_json(_result_path(run_dir, step, shard), doc)
+    return doc
+
+
+# --- scan --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PartitionInventory:
+    topic: str
+    partition: int
+    log_dir: str
+    size_bytes: int
+    leftovers: bool  # .cleaned/.swap files of an interrupted swap
+
+
+def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes: int = SHARD_BYTES,
+                    shard_partitions: int = SHARD_PARTITIONS, max_shards: int = MAX_SHARDS) -> Doc:
+    """Start a cycle: write ``cycle.json``, finish interrupted swaps and topic deletions, list the
+    partitions (not the KRaft metadata log) and write them as shards balanced by bytes."""
+    from kafkalog.log.store import METADATA_TOPICS
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(run_dir / CYCLE_FILE, settings.to_json())
+    store = settings.store()
+    wall = wall_clock_ms()
+    errors: list[Doc] = []
+    finished: list[str] = []
+    if not settings.dry_run:
+        from kafkalog.maintenance.topic_delete import finish_topic_deletes
+
+        for report in finish_topic_deletes(store, wall_now_ms=wall, run_id=settings.run_id):
+            finished += report.renamed
+            errors += [{"topic": report.topic, "partition": None, "error": f"topic delete: {f}"}
+                       for f in report.failures]
+    inventory: list[PartitionInventory] = []
+    for location in store.partitions():
+        tp = location.topic_partition
+        if tp.topic in METADATA_TOPICS or (settings.topics is not None and tp.topic not in settings.topics):
+            continue
+        try:
+            inventory.append(_inventory(location))
+        except OSError as exc:
+            errors.append(plans.error_entry(tp.topic, tp.partition, f"cannot list: {exc}"))
+    recovered: list[str] = []
+    for item in inventory:
+        if item.leftovers and not settings.dry_run:
+            try:
+                _resolve_leftovers(store, item)
+                recovered.append(f"{item.topic}-{item.partition}")
+            except (KafkaLogError, OSError) as exc:
+                errors.append(plans.error_entry(item.topic, item.partition, f"recovery: {exc}"))
+    shards = split_into_shards(inventory, shard_bytes=shard_bytes, shard_partitions=shard_partitions,
+                               max_shards=max_shards)
+    shard_docs = []
+    for i, shard in enumerate(shards):
+        path = run_dir / "shards" / f"shard-{i:04d}.json"
+        write_json(path, {"shard": i, "partitions": [[p.topic, p.partition, p.log_dir] for p in shard]})
+        shard_docs.append({"shard": i, "path": str(path), "partitions": len(shard),
+                           "bytes": sum(p.size_bytes for p in shard)})
+    result = {"run_dir": str(run_dir), "now_ms": settings.now_ms, "dry_run": settings.dry_run,
+              "partitions": len(inventory), "bytes": sum(p.size_bytes for p in inventory), "shards": shard_docs,
+              "recovered": recovered, "topic_deletes_finished": finished, "errors": errors}
+    _save(run_dir, "scan_partitions", result)
+    return {**result, "recovered": recovered[:20], "errors": errors[:20], "error_count": len(errors)}
+
+
+def _inventory(location: Any) -> PartitionInventory:
+    from kafkalog.log import names
+
+    size, leftovers = 0, False
+    with os.scandir(location.directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(names.LOG_SUFFIX) and entry.is_file(follow_symlinks=False):
+                size += entry.stat(follow_symlinks=False).st_size
+            elif name.endswith((names.CLEANED_SUFFIX, names.SWAP_SUFFIX)):
+                leftovers = True
+    tp = location.topic_partition
+    return PartitionInventory(tp.topic, tp.partition, str(location.log_dir), size, leftovers)
+
+
+def _resolve_leftovers(store: Any, item: PartitionInventory) -> None:
+    """An interrupted swap is finished or rolled back as recovery would, unless a cleaner is at work."""
+    from kafkalog.errors import LogLockedError
+    from kafkalog.log.lock import cleaner_lock
+    from kafkalog.log.names import TopicPartition
+    from kafkalog.log.store import PartitionLocation
+    from kafkalog.maintenance.cleaner import resolve_leftovers
+
+    location = PartitionLocation(TopicPartition(item.topic, item.partition), Path(item.log_dir))
+    try:
+        with cleaner_lock(location.directory, timeout_s=0):
+            resolve_leftovers(location)
+    except LogLockedError:
+        pass  # a cleaner is running there: its files are in flight, not left over
+
+
+def split_into_shards(inventory: Sequence[PartitionInventory], *, shard_bytes: int = SHARD_BYTES,
+                      shard_partitions: int = SHARD_PARTITIONS, max_shards: int = MAX_SHARDS,
+                      ) -> list[list[PartitionInventory]]:
+    """Enough shards for each to hold about ``shard_bytes`` and ``shard_partitions`` (at most
+    ``max_shards``), filled biggest partition first into the lightest shard; each sorted by name."""
+    if not inventory:
+        return []
+    total = sum(p.size_bytes for p in inventory)
+    count = max(-(-total // shard_bytes), -(-len(inventory) // shard_partitions), 1)
+    count = min(count, max_shards, len(inventory))
+    heap = [(0, 0, i) for i in range(count)]  # (bytes, partitions, shard)
+    shards: list[list[PartitionInventory]] = [[] for _ in range(count)]
+    for item in sorted(inventory, key=lambda p: (-p.size_bytes, p.topic, p.partition)):
+        size, members, i = heapq.heappop(heap)
+        shards[i].append(item)
+        heapq.heappush(heap, (size + item.size_bytes, members + 1, i))
+    return [sorted(s, key=lambda p: (p.topic, p.partition)) for s in shards]
+
+
+def _shard_locations(shard_path: Path | str) -> tuple[int, list[Any]]:
+    from kafkalog.log.names import TopicPartition
+    from kafkalog.log.store import PartitionLocation
+
+    doc = read_json(shard_path)
+    return int(doc["shard"]), [PartitionLocation(TopicPartition(t, p), Path(d)) for t, p, d in doc["partitions"]]
+
+
+# --- retention -----------------------------------------------------------------------------------------
+def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
+    """Plan ``deleteOldSegments`` for one shard at the cycle's clock; the plan goes to a file."""
+    settings = load_settings(run_dir)
+    shard, locations = _shard_locations(shard_path)
+    plan = plans.plan_retention(settings.store(), locations, settings.now_ms)
+    path = Path(run_dir) / "retention" / f"plan-{shard:04d}.json"
+    write_json(path, plan)
+    doc = {"shard": shard, "plan": str(path), "partitions": len(locations),
+           "deletable_partitions": sum(1 for p in plan["partitions"] if p["segments"]),
+           "segments": sum(len(p["segments"]) for p in plan["partitions"]),
+           "bytes": sum(p["bytes"] for p in plan["partitions"]), "errors": plan["errors"]}
+    _save(run_dir, "plan_retention", doc, shard)
+    return {**doc, "errors": len(doc["errors"])}
+
+
+def mark_shard(run_dir: Path | str, plan_path: Path | str) -> Doc:
+    """Apply one shard's retention plan: phase one of the two-phase delete."""
+    settings = load_settings(run_dir)
+    plan = plans.read_plan(plan_path, plans.RETENTION_PLAN_KIND)
+    shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
+    applied = plans.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run)
+    changes: dict[str, Doc] = {}
+    for entry in applied["applied"]:
+        topic = changes.setdefault(entry["topic"], {"segments_deleted": 0, "bytes_deleted": 0, "log_start_offsets": {}})
+        topic["segments_deleted"] += len(entry["segments"])
+        topic["bytes_deleted"] += entry["bytes"]
+        topic["log_start_offsets"][str(entry["partition"])] = entry["log_start_offset_after"]
+    doc = {"shard": shard, **applied, "topics": changes}
+    _save(run_dir, "mark_deleted", doc, shard)
+    return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(applied["errors"])}
+
+
+def file_delete_deadline_ms(marks: Sequence[Doc | None]) -> int | None:
+    """When this run's marks are all due: its newest mark plus the largest delay involved."""
+    done = [m for m in marks if m and m.get("newest_mark_ms") is not None]
+    if not done:
+        return None
+    return max(int(m["newest_mark_ms"]) for m in done) + max(int(m["file_delete_delay_ms"]) for m in done)
+
+
+def delete_marked(run_dir: Path | str) -> Doc:
+    """Phase two: delete the ``.deleted`` files (this run's and earlier runs') and the ``-delete`` dirs
+    of deleted topics whose ``file.delete.delay.ms`` has passed on the wall clock."""
+    from kafkalog.log.store import METADATA_TOPICS
+    from kafkalog.maintenance.topic_delete import delete_marked_dirs
+
+    settings = load_settings(run_dir)
+    store = settings.store()
+    wall = wall_clock_ms()
+    locations = [loc for loc in store.partitions() if loc.topic_partition.topic not in METADATA_TOPICS
+                 and (settings.topics is None or loc.topic_partition.topic in settings.topics)]
+    swept = plans.sweep(store, locations, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run)
+    dirs = delete_marked_dirs(store, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run,
+                              topics=None if settings.topics is None else frozenset(settings.topics))
+    changes: dict[str, Doc] = {}
+    for p in swept["partitions"]:
+        if p["deleted_files"]:
+            topic = changes.setdefault(p["topic"], {"files_deleted": 0, "bytes_freed": 0})
+            topic["files_deleted"] += len(p["deleted_files"])
+            topic["bytes_freed"] += p["deleted_bytes"]
+    due = [d for d in (swept["next_due_ms"], dirs.next_due_ms) if d is not None]
+    doc = {**{k: v for k, v in swept.items() if k != "partitions"}, "next_due_ms": min(due) if due else None,
+           "deleted_dirs": dirs.deleted_dirs, "deleted_dir_bytes": dirs.deleted_bytes,
+           "waiting_dirs": dirs.waiting_dirs, "topics": changes,
+           "errors": swept["errors"] + [{"topic": None, "partition": None, "error": r} for r in dirs.refused]}
+    _save(run_dir, "delete_marked", doc)
+    return {**doc, "errors": len(doc["errors"]), "deleted_dirs": len(dirs.deleted_dirs)}
+
+
+# --- compaction ----------------------------------------------------------------------------------------
+def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
+                         partitions: Sequence[int] | None = None) -> Doc:
+    """The cleaner manager's choice at the cycle's clock (or, with ``topic``, that topic's cleanable
+    ranges whatever their dirty ratio), written as the cycle's compaction plan."""
+    settings = load_settings(run_dir)
+    plan = plans.plan_compaction(settings.store(), now_ms=settings.now_ms, topic=topic, partitions=partitions,
+                                 among_topics=settings.topics)
+    path = Path(run_dir) / "compaction-plan.json"
+    write_json(path, plan)
+    doc = {"plan": str(path), "selected": len(plan["selected"]),
+           "cleanable_bytes": sum(s["cleanable_bytes"] for s in plan["selected"]),
+           "checkpoint_resets": len(plan["checkpoint_resets"]), "errors": plan["errors"],
+           "dry_run": settings.dry_run, "wall_now_ms": settings.wall_now_ms}
+    _save(run_dir, "select_logs_to_clean", doc)
+    return {**doc, "errors": len(plan["errors"])}
+
+
+def compaction_report_path(run_dir: Path | str) -> Path:
+    return Path(run_dir) / "compaction-report.json"
+
+
+def compaction_changes(report: Doc) -> dict[str, Doc]:
+    """Per topic, what the Spark job's report says compaction removed."""
+    changes: dict[str, Doc] = {}
+    for p in report.get("partitions", []):
+        if p.get("status") != "cleaned":
+            continue
+        stats = p.get("stats") or {}
+        topic = changes.setdefault(p["topic"], {"partitions_compacted": 0, "records_removed": 0, "bytes_removed": 0})
+        topic["partitions_compacted"] += 1
+        topic["records_removed"] += int(stats.get("records_read", 0)) - int(stats.get("records_written", 0))
+        topic["bytes_removed"] += int(stats.get("bytes_read", 0)) - int(stats.get("bytes_written", 0))
+    return changes
+
+
+# --- report --------------------------------------------------------------------------------------------
+def summarize(run_dir: Path | str) -> Doc:
+    """The cycle's report from the results in its run dir: what was deleted and compacted, why the
+    rest waits, and every partition that failed anywhere in the cycle (``failed``)."""
+    run_dir = Path(run_dir)
+    results = {p.stem: read_json(p) for p in sorted((run_dir / "results").glob("*.json"))}
+    scan = results.get("scan_partitions", {})
+    shards = [s["shard"] for s in scan.get("shards", [])]
+    failed: list[Doc] = []
+    missing: list[str] = []
+
+    def step_errors(step: str, doc: Doc) -> None:
+        failed.extend({"step": step, **e} for e in doc.get("errors", []))
+
+    if scan:
+        step_errors("scan_partitions", scan)
+    marks = []
+    for step in ("plan_retention", "mark_deleted"):
+        for shard in shards:
+            doc = results.get(f"{step}-{shard:04d}")
+            if doc is None:
+                missing.append(f"{step}[{shard}]")
+                continue
+            if step == "mark_deleted":
+                marks.append(doc)
+            step_errors(step, doc)
+    compaction: Doc = {}
+    report_path = compaction_report_path(run_dir)
+    if report_path.exists():
+        compaction = read_json(report_path)
+        failed += [{"step": "compact", "topic": p["topic"], "partition": p["partition"], "error": p.get("error")}
+                   for p in compaction.get("partitions", []) if not p.get("ok")]
+        if compaction.get("status") in ("refused", "spark-failed"):
+            failed.append({"step": "compact", "topic": None, "partition": None, "error": compaction.get("error")})
+    selection = results.get("select_logs_to_clean", {})
+    step_errors("select_logs_to_clean", selection)
+    deleted = results.get("delete_marked", {})
+    step_errors("delete_marked", deleted)
+    plan = read_json(run_dir / "compaction-plan.json") if (run_dir / "compaction-plan.json").exists() else {}
+    waiting = _why_waiting(run_dir, shards, plan)
+    return {
+        "run_dir": str(run_dir), "now_ms": scan.get("now_ms"), "dry_run": scan.get("dry_run", False),
+        "partitions": scan.get("partitions", 0), "bytes": scan.get("bytes", 0),
+        "recovered": scan.get("recovered", []), "topic_deletes_finished": scan.get("topic_deletes_finished", []),
+        "retention": {"segments_marked": sum(m["segments"] for m in marks),
+                      "bytes_marked": sum(m["bytes"] for m in marks),
+                      "partitions": sorted(f"{a['topic']}-{a['partition']}" for m in marks for a in m["applied"])},
+        "deletion": {"files_deleted": deleted.get("deleted_files", 0), "bytes_freed": deleted.get("deleted_bytes", 0),
+                     "dirs_deleted": deleted.get("deleted_dirs", []), "files_waiting": deleted.get("waiting_files", 0),
+                     "next_due_ms": deleted.get("next_due_ms")},
+        "compaction": {"selected": [f"{s['topic']}-{s['partition']}" for s in plan.get("selected", [])],
+                       "cleaned": [f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
+                                   if p.get("status") == "cleaned"],
+                       "topics": compaction_changes(compaction)},
+        "waiting": waiting, "failed": failed, "missing_results": missing,
+    }
+
+
+def _why_waiting(run_dir: Path, shards: Sequence[int], compaction_plan: Doc) -> dict[str, list[str]]:
+    """Per partition, why retention or compaction did not act on it (the plans' ``blocked_by``)."""
+    waiting: dict[str, list[str]] = {}
+    for shard in shards:
+        path = run_dir / "retention" / f"plan-{shard:04d}.json"
+        if path.exists():
+            for p in read_json(path)["partitions"]:
+                reasons = [b for b in p["blocked_by"] if not b.startswith(("unlimited", "policy"))]
+                if reasons:
+                    waiting.setdefault(f"{p['topic']}-{p['partition']}", []).extend(f"retention {r}" for r in reasons)
+    for n in compaction_plan.get("not_selected", []):
+        if n["kind"] != "policy":
+            waiting.setdefault(f"{n['topic']}-{n['partition']}", []).append(f"compaction {n['reason']}")
+    return dict(sorted(waiting.items()))
+
+
+def format_report(summary: Doc) -> list[str]:
+    """The report as log lines, one per partition where something happened or failed."""
+    lines = [f"cycle at now_ms={summary['now_ms']}{' (dry run: nothing changed)' if summary['dry_run'] else ''}: "
+             f"{summary['partitions']} partitions, {summary['bytes']} bytes"]
+    r, d, c = summary["retention"], summary["deletion"], summary["compaction"]
+    verb = "would mark" if summary["dry_run"] else "marked"
+    lines.append(f"retention: {verb} {r['segments_marked']} segments ({r['bytes_marked']} bytes) deleted in "
+                 f"{len(r['partitions'])} partitions: {', '.join(r['partitions']) or '-'}")
+    lines.append(f"deletion: {d['files_deleted']} files ({d['bytes_freed']} bytes) deleted, "
+                 f"{len(d['dirs_deleted'])} deleted-topic dirs removed, {d['files_waiting']} files wait for "
+                 f"file.delete.delay.ms (next due at {d['next_due_ms']})")
+    lines.append(f"compaction: selected {', '.join(c['selected']) or 'nothing'}; "
+                 f"cleaned {', '.join(c['cleaned']) or '-'}")
+    for topic, change in sorted(c["topics"].items()):
+        lines.append(f"  {topic}: {change['records_removed']} records, {change['bytes_removed']} bytes removed "
+                     f"from {change['partitions_compacted']} partitions")
+    for partition, reasons in summary["waiting"].items():
+        lines.append(f"waiting {partition}: {'; '.join(reasons)}")
+    for f in summary["failed"]:
+        where = f"{f['topic']}-{f['partition']}" if f.get("partition") is not None else (f.get("topic") or "cycle")
+        lines.append(f"FAILED {where} in {f['step']}: {f['error']}")
+    for m in summary["missing_results"]:
+        lines.append(f"FAILED task {m} left no result (see its log)")
+    return lines
+
+
+def prune_run_dirs(run_dir: Path | str, *, keep_s: int = KEEP_RUN_DIRS_S, now_s: float | None = None) -> list[str]:
+    """Remove this DAG's run dirs older than ``keep_s`` (never the current one)."""
+    run_dir = Path(run_dir)
+    cutoff = (time.time() if now_s is None else now_s) - keep_s
+    removed = []
+    for other in run_dir.parent.iterdir():
+        if other != run_dir and other.is_dir() and not other.is_symlink() and other.stat().st_mtime < cutoff:
+            shutil.rmtree(other, ignore_errors=True)
+            removed.append(other.name)
+    return removed

@@ -1,0 +1,265 @@
+"""The documents a cleanup cycle passes between its steps, one schema each, and the functions that
+make and carry them out. The CLI and the pipeline's tasks call the same functions, so ``kafkalog
+retention plan --json`` *is* a retention plan file and ``kafkalog compact --dry-run --json`` *is* a
+compaction plan file.
+
+Retention plan (``kind: kafkalog-retention-plan``, version 1)::
+
+    {"version": 1, "kind": "kafkalog-retention-plan", "now_ms": T,
+     "partitions": [{"topic", "partition", "log_dir", "now_ms", "segments": [{"base_offset",
+                     "next_offset", "bytes", "reason", "detail"}], "bytes", "roll_first",
+                     "log_start_offset_before", "log_start_offset_after", "blocked_by": [str]}],
+     "errors": [{"topic", "partition", "error"}]}
+
+Applying a plan never deletes more than it lists: each partition is re-planned under its lock with
+the plan's clock and cut at the plan's last segment (``maintenance.retention.apply_retention``), so a
+reviewed plan can be enforced later and applying it twice changes nothing the second time.
+
+Compaction plan (``kind: kafkalog-compaction-plan``, version 1)::
+
+    {"version": 1, "kind": "kafkalog-compaction-plan", "now_ms": T, "topic": str|null,
+     "partitions": [int]|null,
+     "selected": [{"topic", "partition", "log_dir", "first_dirty_offset", "first_uncleanable_offset",
+                   "cleanable_bytes", "total_bytes", "dirty_ratio", "trigger", "limited_by"}],
+     "checkpoint_resets": [{"topic", "partition", "offset"}],
+     "not_selected": [{"topic", "partition", "kind", "reason"}],
+     "errors": [{"topic", "partition", "error"}]}
+
+``checkpoint_resets`` are the cleaner-checkpoint entries Kafka rewrites while choosing (spec §8.3);
+whoever carries the plan out applies them before cleaning, whether or not the log is selected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kafkalog.errors import KafkaLogError
+
+RETENTION_PLAN_KIND = "kafkalog-retention-plan"
+COMPACTION_PLAN_KIND = "kafkalog-compaction-plan"
+PLAN_VERSION = 1
+
+Doc = dict[str, Any]
+
+
+class PlanError(KafkaLogError):
+    """A plan file is unreadable, of another kind or version, or inconsistent."""
+
+
+def write_json(path: Path | str, doc: Doc) -> None:
+    """Write a document atomically (tmp + rename), so a reader never sees half of it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def read_json(path: Path | str) -> Doc:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PlanError(f"cannot read {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{path}: expected a JSON object")
+    return doc
+
+
+def read_plan(path: Path | str, kind: str) -> Doc:
+    doc = read_json(path)
+    if doc.get("kind") != kind or doc.get("version") != PLAN_VERSION:
+        raise PlanError(f"{path}: not a {kind} version {PLAN_VERSION} (kind={doc.get('kind')!r}, "
+                        f"version={doc.get('version')!r}); write it with the kafkalog of this version")
+    if not isinstance(doc.get("now_ms"), int) or not isinstance(doc.get("partitions" if kind == RETENTION_PLAN_KIND
+                                                                        else "selected"), list):
+        raise PlanError(f"{path}: a {kind} needs an integer now_ms and its list of partitions")
+    return doc
+
+
+def error_entry(topic: str, partition: int, error: str) -> Doc:
+    return {"topic": topic, "partition": partition, "error": error}
+
+
+# --- retention ---------------------------------------------------------------------------------------
+def plan_retention(store: Any, locations: Sequence[Any], now_ms: int) -> Doc:
+    """Kafka's ``deleteOldSegments`` decisions for ``locations`` at ``now_ms``, as a retention plan."""
+    from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
+    from kafkalog.policy.retention import plan_retention as plan_one
+
+    checkpoints: dict[Path, LogDirCheckpoints] = {}
+    partitions: list[Doc] = []
+    errors: list[Doc] = []
+    for location in locations:
+        tp = location.topic_partition
+        if location.log_dir not in checkpoints:
+            checkpoints[location.log_dir] = LogDirCheckpoints.read(location.log_dir)
+        try:
+            snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                                    checkpoints[location.log_dir], now_ms=now_ms)
+            plan = plan_one(snapshot, now_ms)
+        except (KafkaLogError, OSError) as exc:
+            errors.append(error_entry(tp.topic, tp.partition, str(exc)))
+            continue
+        partitions.append({
+            "topic": plan.topic, "partition": plan.partition, "log_dir": str(location.log_dir),
+            "now_ms": plan.now_ms,
+            "segments": [{"base_offset": s.base_offset, "next_offset": s.next_offset, "bytes": s.size_bytes,
+                          "reason": s.reason, "detail": s.detail} for s in plan.segments],
+            "bytes": plan.bytes, "roll_first": plan.roll_first,
+            "log_start_offset_before": plan.log_start_offset_before,
+            "log_start_offset_after": plan.log_start_offset_after,
+            "blocked_by": [str(b) for b in plan.blocked_by]})
+    return {"version": PLAN_VERSION, "kind": RETENTION_PLAN_KIND, "now_ms": now_ms, "partitions": partitions,
+            "errors": errors}
+
+
+def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = False) -> Doc:
+    """Mark what ``plan`` lists as ``.deleted`` (never more). Returns, per partition, what was marked,
+    and the newest mark time (the wall clock the ``file.delete.delay.ms`` wait counts from)."""
+    from kafkalog.log.names import TopicPartition
+    from kafkalog.log.store import PartitionLocation
+    from kafkalog.maintenance.retention import apply_retention
+    from kafkalog.policy.retention import DeletableSegment, RetentionPlan
+
+    applied: list[Doc] = []
+    errors: list[Doc] = []  # the plan's own errors stay the plan's
+    newest_mark_ms: int | None = None
+    delay_ms = 0
+    for doc in plan["partitions"]:
+        if not doc["segments"]:
+            continue
+        topic, partition = doc["topic"], doc["partition"]
+        entry = {"topic": topic, "partition": partition, "segments": [s["base_offset"] for s in doc["segments"]],
+                 "bytes": doc["bytes"], "log_start_offset_before": doc["log_start_offset_before"],
+                 "log_start_offset_after": doc["log_start_offset_after"], "rolled": doc["roll_first"]}
+        if dry_run:
+            applied.append(entry)
+            continue
+        location = PartitionLocation(TopicPartition(topic, partition), Path(doc["log_dir"]))
+        one = RetentionPlan(topic, partition, plan["now_ms"], tuple(
+            DeletableSegment(s["base_offset"], s["next_offset"], s["bytes"], s["reason"], s["detail"])
+            for s in doc["segments"]), doc["roll_first"], doc["log_start_offset_before"],
+            doc["log_start_offset_after"], ())
+        try:
+            if not location.directory.is_dir():
+                raise KafkaLogError(f"partition directory {location.directory} is gone")
+            report = apply_retention(store, location, one, run_id=run_id)
+            delay_ms = max(delay_ms, store.log_config(topic).file_delete_delay_ms)
+        except (KafkaLogError, OSError) as exc:
+            errors.append(error_entry(topic, partition, str(exc)))
+            continue
+        entry.update(segments=list(report.deleted_segments), bytes=report.bytes, rolled=report.rolled,
+                     log_start_offset_before=report.log_start_offset_before,
+                     log_start_offset_after=report.log_start_offset_after, marked_files=list(report.marked_files))
+        if report.mark_time_ms is not None:
+            newest_mark_ms = max(newest_mark_ms or 0, report.mark_time_ms)
+        applied.append(entry)
+    return {"now_ms": plan["now_ms"], "dry_run": dry_run, "applied": applied, "errors": errors,
+            "segments": sum(len(a["segments"]) for a in applied), "bytes": sum(a["bytes"] for a in applied),
+            "newest_mark_ms": newest_mark_ms, "file_delete_delay_ms": delay_ms}
+
+
+def sweep(store: Any, locations: Iterable[Any], *, wall_now_ms: int, run_id: str, dry_run: bool = False) -> Doc:
+    """Phase two for ``locations``: delete ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+    from kafkalog.maintenance.retention import sweep_partition
+
+    partitions: list[Doc] = []
+    errors: list[Doc] = []
+    for location in locations:
+        tp = location.topic_partition
+        try:
+            report = sweep_partition(store, location, wall_now_ms=wall_now_ms, run_id=run_id, dry_run=dry_run)
+        except (KafkaLogError, OSError) as exc:
+            errors.append(error_entry(tp.topic, tp.partition, str(exc)))
+            continue
+        errors += [error_entry(tp.topic, tp.partition, f"refused: {line}") for line in report.refused]
+        if report.deleted_files or report.waiting_files:
+            partitions.append(vars(report))
+    due = [p["next_due_ms"] for p in partitions if p["next_due_ms"] is not None]
+    return {"wall_clock_ms": wall_now_ms, "dry_run": dry_run, "partitions": partitions, "errors": errors,
+            "deleted_files": sum(len(p["deleted_files"]) for p in partitions),
+            "deleted_bytes": sum(p["deleted_bytes"] for p in partitions),
+            "waiting_files": sum(len(p["waiting_files"]) for p in partitions),
+            "waiting_bytes": sum(p["waiting_bytes"] for p in partitions),
+            "next_due_ms": min(due) if due else None}
+
+
+# --- compaction --------------------------------------------------------------------------------------
+def plan_compaction(store: Any, *, now_ms: int, topic: str | None = None, partitions: Sequence[int] | None = None,
+                    among_topics: Sequence[str] | None = None, byte_budget: int | None = None) -> Doc:
+    """The compaction plan: what ``kafkalog compact`` (same arguments) would clean now, and why not the rest."""
+    from kafkalog.maintenance.compact import choose_logs
+
+    selection = choose_logs(store, now_ms=now_ms, topic=topic, partitions=partitions, byte_budget=byte_budget,
+                            among_topics=None if among_topics is None else set(among_topics))
+    log_dirs = {(loc.topic_partition.topic, loc.topic_partition.partition): str(loc.log_dir)
+                for loc in store.partitions(topic)} if selection.targets else {}
+    plan = selection.plan
+    return {
+        "version": PLAN_VERSION, "kind": COMPACTION_PLAN_KIND, "now_ms": now_ms, "topic": topic,
+        "partitions": None if partitions is None else sorted(partitions),
+        "selected": [{"topic": c.topic, "partition": c.partition, "log_dir": log_dirs[(c.topic, c.partition)],
+                      "first_dirty_offset": c.first_dirty_offset,
+                      "first_uncleanable_offset": c.first_uncleanable_offset, "cleanable_bytes": c.cleanable_bytes,
+                      "total_bytes": c.total_bytes, "dirty_ratio": round(c.dirty_ratio, 4), "trigger": c.trigger,
+                      "limited_by": c.limited_by} for c in selection.targets],
+        "checkpoint_resets": [{"topic": r.topic, "partition": r.partition, "offset": r.offset}
+                              for r in plan.checkpoint_resets],
+        "not_selected": [{"topic": n.topic, "partition": n.partition, "kind": n.kind, "reason": str(n)}
+                         for n in plan.not_selected],
+        "errors": selection.failures,
+    }
+
+
+def read_compaction_plan(path: Path | str) -> Doc:
+    """A compaction plan file, checked: version, kind, and every selected range well formed and unique."""
+    doc = read_plan(path, COMPACTION_PLAN_KIND)
+    seen: set[tuple[str, int]] = set()
+    for i, entry in enumerate(doc["selected"]):
+        try:
+            topic, partition = entry["topic"], entry["partition"]
+            first_dirty, first_uncleanable = entry["first_dirty_offset"], entry["first_uncleanable_offset"]
+        except (KeyError, TypeError):
+            raise PlanError(f"{path}: selected[{i}] lacks topic/partition/first_dirty_offset/"
+                            "first_uncleanable_offset") from None
+        ints = (partition, first_dirty, first_uncleanable)
+        if not isinstance(topic, str) or not all(isinstance(v, int) and not isinstance(v, bool) for v in ints) \
+                or partition < 0 or first_dirty < 0 or first_uncleanable < first_dirty:
+            raise PlanError(f"{path}: selected[{i}] = {topic}-{partition} [{first_dirty}, {first_uncleanable}) "
+                            "is not a valid range")
+        if (topic, partition) in seen:
+            raise PlanError(f"{path}: {topic}-{partition} is selected twice")
+        seen.add((topic, partition))
+    for i, reset in enumerate(doc.get("checkpoint_resets", [])):
+        if not isinstance(reset, dict) or not isinstance(reset.get("topic"), str) \
+                or not isinstance(reset.get("partition"), int) or not isinstance(reset.get("offset"), int):
+            raise PlanError(f"{path}: checkpoint_resets[{i}] is not a {{topic, partition, offset}} entry")
+    return doc
+
+
+def compact_planned(store: Any, plan: Doc, *, run_id: str, wall_now_ms: int | None = None) -> Doc:
+    """Carry a compaction plan out in this process (the Spark job is the other way): its checkpoint
+    resets, then each selected range. Returns what was cleaned and what failed."""
+    from kafkalog.maintenance.compact import clean_ranges
+
+    apply_checkpoint_resets(store, plan)
+    ranges = [(s["topic"], s["partition"], s["first_dirty_offset"], s["first_uncleanable_offset"])
+              for s in plan["selected"]]
+    cleaned, failures = clean_ranges(store, ranges, now_ms=plan["now_ms"], wall_now_ms=wall_now_ms, run_id=run_id)
+    return {"cleaned": [{"topic": r.topic, "partition": r.partition, "first_dirty_offset": r.first_dirty_offset,
+                         "end_offset": r.end_offset, "groups": r.groups, "stats": r.stats.to_dict()} for r in cleaned],
+            "errors": failures}
+
+
+def apply_checkpoint_resets(store: Any, plan: Doc) -> None:
+    """Rewrite the cleaner checkpoints the plan says Kafka would rewrite (spec §8.3)."""
+    from kafkalog.maintenance.compact import apply_checkpoint_resets as apply
+    from kafkalog.policy.compaction import CheckpointReset, CompactionPlan
+
+    resets = tuple(CheckpointReset(r["topic"], r["partition"], r["offset"]) for r in plan.get("checkpoint_resets", []))
+    if resets:
+        apply(store, CompactionPlan(plan["now_ms"], (), (), resets))

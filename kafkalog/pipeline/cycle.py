@@ -123,15 +123,26 @@ class PartitionInventory:
     leftovers: bool  # .cleaned/.swap files of an interrupted swap
 
 
+def start_cycle(run_dir: Path | str, settings: CycleSettings) -> Path:
+    """Make the run dir and fix the cycle's settings and clock in it (a retry keeps the first clock)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if (run_dir / CYCLE_FILE).exists():
+        fixed = load_settings(run_dir)
+        if fixed.run_id == settings.run_id:
+            return run_dir
+    write_json(run_dir / CYCLE_FILE, settings.to_json())
+    return run_dir
+
+
 def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes: int = SHARD_BYTES,
                     shard_partitions: int = SHARD_PARTITIONS, max_shards: int = MAX_SHARDS) -> Doc:
     """Start a cycle: write ``cycle.json``, finish interrupted swaps and topic deletions, list the
     partitions (not the KRaft metadata log) and write them as shards balanced by bytes."""
     from kafkalog.log.store import METADATA_TOPICS
 
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / CYCLE_FILE, settings.to_json())
+    run_dir = start_cycle(run_dir, settings)
+    settings = load_settings(run_dir)
     store = settings.store()
     wall = wall_clock_ms()
     errors: list[Doc] = []
@@ -244,7 +255,8 @@ def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
     doc = {"shard": shard, "plan": str(path), "partitions": len(locations),
            "deletable_partitions": sum(1 for p in plan["partitions"] if p["segments"]),
            "segments": sum(len(p["segments"]) for p in plan["partitions"]),
-           "bytes": sum(p["bytes"] for p in plan["partitions"]), "errors": plan["errors"]}
+           "bytes": sum(p["bytes"] for p in plan["partitions"]), "errors": plan["errors"],
+           "topics_read": sorted({loc.topic_partition.topic for loc in locations})}
     _save(run_dir, "plan_retention", doc, shard)
     return {**doc, "errors": len(doc["errors"])}
 
@@ -266,9 +278,11 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str) -> Doc:
     return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(applied["errors"])}
 
 
-def file_delete_deadline_ms(marks: Sequence[Doc | None]) -> int | None:
-    """When this run's marks are all due: its newest mark plus the largest delay involved."""
-    done = [m for m in marks if m and m.get("newest_mark_ms") is not None]
+def file_delete_deadline_ms(run_dir: Path | str) -> int | None:
+    """When this run's marks are all due: its newest mark plus the largest delay involved (None when
+    it marked nothing)."""
+    marks = [read_json(p) for p in sorted((Path(run_dir) / "results").glob("mark_deleted-*.json"))]
+    done = [m for m in marks if m.get("newest_mark_ms") is not None]
     if not done:
         return None
     return max(int(m["newest_mark_ms"]) for m in done) + max(int(m["file_delete_delay_ms"]) for m in done)
@@ -316,7 +330,8 @@ def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
     doc = {"plan": str(path), "selected": len(plan["selected"]),
            "cleanable_bytes": sum(s["cleanable_bytes"] for s in plan["selected"]),
            "checkpoint_resets": len(plan["checkpoint_resets"]), "errors": plan["errors"],
-           "dry_run": settings.dry_run, "wall_now_ms": settings.wall_now_ms}
+           "dry_run": settings.dry_run, "wall_now_ms": settings.wall_now_ms,
+           "topics_read": sorted({s["topic"] for s in plan["selected"]})}
     _save(run_dir, "select_logs_to_clean", doc)
     return {**doc, "errors": len(plan["errors"])}
 

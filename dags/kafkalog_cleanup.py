@@ -1,0 +1,140 @@
+"""``kafkalog_cleanup``: one cleanup cycle of a Kafka-format log store, the work Kafka's LogManager
+and LogCleaner threads do on a broker, every ``log.retention.check.interval.ms``.
+
+Each task reads its params and context, calls one step of ``kafkalog.pipeline.cycle`` and returns a
+small dict; plans and results live in the run dir every worker sees. Nothing here touches a log dir,
+numba or pyspark at parse time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from airflow.sdk import TriggerRule, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from kafkalog.log.config import BrokerConfig
+from kafkalog.pipeline import cycle
+from kafkalog.pipeline.operators import (
+    CompactLogsOperator,
+    WaitFileDeleteDelayOperator,
+    cycle_params,
+    cycle_settings,
+    maintenance_task,
+    run_dir,
+)
+
+# Kafka's retention check interval (log.retention.check.interval.ms, default 5 minutes) is the cycle.
+INTERVAL = datetime.timedelta(
+    milliseconds=BrokerConfig.load(os.environ.get("KAFKALOG_CONFIG") or None).log_retention_check_interval_ms)
+
+DEFAULT_ARGS = {
+    "owner": "kafkalog",
+    "retries": 3,
+    "retry_delay": datetime.timedelta(seconds=20),
+    "retry_exponential_backoff": 2.0,  # a multiplier in Airflow 3: 20 s, 40 s, 80 s ...
+    "max_retry_delay": datetime.timedelta(minutes=10),
+    "execution_timeout": datetime.timedelta(hours=1),
+}
+
+
+@dag(
+    dag_id="kafkalog_cleanup",
+    schedule=INTERVAL,
+    start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    params=cycle_params(),
+    tags=["kafkalog", "kafka", "maintenance"],
+    doc_md=__doc__ + """
+**Tasks.** `scan_partitions` resolves interrupted swaps and topic deletions and splits the partitions
+into shards by bytes. Per shard, `plan_retention` writes Kafka's `deleteOldSegments` decisions to a
+plan file and `mark_deleted` applies *that* plan (phase one: `.deleted`, log start offsets).
+`wait_file_delete_delay` defers on the wall clock until the newest mark plus the largest
+`file.delete.delay.ms` (no worker slot is held); `delete_marked` then deletes what is due, this run's
+and earlier runs' marks and deleted topics' `-delete` dirs. `select_dirtiest_logs` writes the cleaner
+manager's choice as a compaction plan once retention has set this cycle's log start offsets, and
+`compact` runs the Spark job on it (skipped when nothing is due); compaction never waits for the
+delete delay. `report` always runs, and fails naming every partition that failed anywhere.
+
+**Clock.** The end of the run's data interval (a backfilled run decides what was due at its date),
+never later than the wall clock. Grace periods promised to readers run on the wall clock.
+""",
+)
+def kafkalog_cleanup() -> None:
+    @task
+    def scan_partitions(**context: object) -> list[dict[str, object]]:
+        """Recover interrupted swaps and topic deletions, inventory the log dirs, shard them by bytes."""
+        result = cycle.scan_partitions(run_dir(context), cycle_settings(context))
+        print(f"{result['partitions']} partitions, {result['bytes']} bytes in {len(result['shards'])} shards at "
+              f"now_ms={result['now_ms']}; recovered {result['recovered'] or 'nothing'}")
+        return result["shards"]  # type: ignore[return-value]
+
+    @maintenance_task
+    def plan_retention(shard: dict[str, object], **context: object) -> dict[str, object]:
+        """Kafka's deleteOldSegments for one shard at the cycle's clock, written as a plan file."""
+        result = cycle.plan_retention_shard(run_dir(context), str(shard["path"]))
+        print(f"shard {result['shard']}: {result['segments']} segments ({result['bytes']} bytes) deletable in "
+              f"{result['deletable_partitions']} of {result['partitions']} partitions; plan {result['plan']}")
+        return result
+
+    @maintenance_task
+    def mark_deleted(planned: dict[str, object], **context: object) -> dict[str, object]:
+        """Apply that shard's plan: rename segments to .deleted, advance log start offsets (never more)."""
+        result = cycle.mark_shard(run_dir(context), str(planned["plan"]))
+        for topic, change in result["topics"].items():
+            print(f"{topic}: {change['segments_deleted']} segments, {change['bytes_deleted']} bytes marked; "
+                  f"log start offsets {change['log_start_offsets']}")
+        return result
+
+    @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
+    def delete_marked(**context: object) -> dict[str, object]:
+        """Delete .deleted files and -delete dirs whose file.delete.delay.ms has passed (wall clock)."""
+        result = cycle.delete_marked(run_dir(context))
+        print(f"deleted {result['deleted_files']} files ({result['deleted_bytes']} bytes) and "
+              f"{result['deleted_dirs']} topic dirs; {result['waiting_files']} files wait, next due at "
+              f"{result['next_due_ms']}")
+        return result
+
+    @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
+    def select_dirtiest_logs(**context: object) -> dict[str, object]:
+        """The cleaner manager's choice (dirty ratio, compaction lags) as the cycle's compaction plan."""
+        result = cycle.select_logs_to_clean(run_dir(context))
+        print(f"{result['selected']} logs selected ({result['cleanable_bytes']} cleanable bytes); "
+              f"plan {result['plan']}")
+        return result
+
+    @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
+    def report(**context: object) -> dict[str, object]:
+        """The cycle's summary; fails naming each partition that failed anywhere in the cycle."""
+        directory = run_dir(context)
+        summary = cycle.summarize(directory)
+        for line in cycle.format_report(summary):
+            print(line)
+        cycle.prune_run_dirs(directory)
+        if summary["failed"] or summary["missing_results"]:
+            names = sorted({f"{f['topic']}-{f['partition']}" if f.get("partition") is not None else str(f["topic"])
+                            for f in summary["failed"]} | set(summary["missing_results"]))
+            raise AirflowFailException(f"the cycle left failures in {', '.join(names)} (the other partitions "
+                                       "were maintained; see the lines above)")
+        return {k: summary[k] for k in ("now_ms", "dry_run", "partitions", "retention", "deletion")}
+
+    scan = scan_partitions()
+    marks = mark_deleted.expand(planned=plan_retention.expand(shard=scan))
+    wait = WaitFileDeleteDelayOperator(task_id="wait_file_delete_delay", execution_timeout=None,
+                                       trigger_rule=TriggerRule.ALL_DONE,
+                                       doc_md="Defers on the wall clock until this run's marks are due.")
+    deleted = delete_marked()
+    selected = select_dirtiest_logs()
+    compact = CompactLogsOperator(task_id="compact", selection=selected, execution_timeout=datetime.timedelta(hours=6),
+                                  doc_md="The Spark compaction job on the cycle's plan (spark_default).")
+    marks >> wait >> deleted
+    scan >> selected
+    marks >> selected  # compaction sees the log start offsets this cycle's retention set, as the CLI does
+    selected >> compact
+    [deleted, compact] >> report()
+
+
+kafkalog_cleanup()

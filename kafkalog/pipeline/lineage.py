@@ -1,0 +1,43 @@
+"""Names of topics as lineage datasets: one stable form for Airflow Assets and OpenLineage.
+
+A topic of a store is the Airflow Asset ``x-kafkalog://<store>/<topic>`` (the ``x-`` prefix marks a
+scheme no Airflow provider registers, as AIP-60 asks) and the OpenLineage dataset with namespace
+``x-kafkalog://<store>`` and name ``<topic>``. ``<store>`` is ``$KAFKALOG_STORE_NAME`` (default
+``default``): set it when one Airflow maintains several stores. A downstream DAG schedules on a
+topic with ``schedule=[Asset(topic_asset_uri("orders"))]``.
+
+Each task that changes topics returns ``"topics": {topic: {number: value}}``; these numbers are the
+asset events' ``extra`` and the OpenLineage facet ``kafkalogMaintenance`` alike.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+SCHEME = "x-kafkalog"
+STORE_NAME_ENV = "KAFKALOG_STORE_NAME"
+TOPICS_ALIAS = "kafkalog-topics"  # the AssetAlias every topic-changing task emits its events through
+
+
+def store_name() -> str:
+    return os.environ.get(STORE_NAME_ENV) or "default"
+
+
+def namespace(store: str | None = None) -> str:
+    return f"{SCHEME}://{store or store_name()}"
+
+
+def topic_asset_uri(topic: str, store: str | None = None) -> str:
+    return f"{namespace(store)}/{topic}"
+
+
+def changed_topics(result: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The ``topics`` a step's result says it changed, with their numbers (only those that changed)."""
+    topics = (result or {}).get("topics") or {}
+    return {t: dict(change) for t, change in sorted(topics.items()) if any(change.values())}
+
+
+def read_topics(result: Mapping[str, Any] | None) -> list[str]:
+    return sorted((result or {}).get("topics_read") or [])

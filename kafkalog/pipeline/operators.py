@@ -1,0 +1,214 @@
+"""The Airflow side of the pipeline: a task decorator and two operators over ``kafkalog.pipeline``.
+
+- ``@maintenance_task``: a TaskFlow task whose returned ``topics`` become asset events (through the
+  ``kafkalog-topics`` AssetAlias) and OpenLineage datasets with the ``kafkalogMaintenance`` facet.
+- ``WaitFileDeleteDelayOperator``: defers on the **wall clock** until this run's newest mark plus the
+  largest ``file.delete.delay.ms`` involved; the triggerer ends it, so no worker slot is held.
+- ``CompactLogsOperator``: ``SparkSubmitOperator`` running ``spark_jobs/compact_logs.py`` with the
+  cycle's compaction plan on the ``spark_default`` connection (``local[*]`` when there is none);
+  skipped when nothing is due.
+
+Importing this module imports Airflow, never numba or pyspark: DAG files import it at parse time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator, Context, Param
+from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
+from airflow.sdk.exceptions import AirflowSkipException
+
+from kafkalog.pipeline import lineage
+from kafkalog.pipeline.cycle import (
+    CycleSettings,
+    compaction_changes,
+    compaction_report_path,
+    cycle_clock_ms,
+    file_delete_deadline_ms,
+    run_dir_for,
+    wall_clock_ms,
+)
+
+STATE_DIR_ENV = "KAFKALOG_PIPELINE_DIR"  # where run dirs go (default: beside the first log dir)
+SPARK_CONN_ID = "spark_default"
+TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
+WAIT_SLACK = datetime.timedelta(minutes=10)  # how long past its moment a wait may take before it fails
+
+
+def _env_list(name: str) -> list[str]:
+    return [d.strip() for d in os.environ.get(name, "").split(",") if d.strip()]
+
+
+def cycle_params(**extra: Param) -> dict[str, Param]:
+    """The trigger form of both DAGs, validated by Airflow before a run is created."""
+    return {
+        "log_dirs": Param(_env_list("KAFKALOG_LOG_DIRS"), type="array", items={"type": "string", "pattern": "^/"},
+                          description="Absolute paths of the log dirs (Kafka's log.dirs). Empty: the workers' "
+                                      "$KAFKALOG_LOG_DIRS."),
+        "config_file": Param(os.environ.get("KAFKALOG_CONFIG") or None, type=["null", "string"],
+                             description="Broker defaults, server.properties style (log.retention.hours=…). "
+                                         "Default: $KAFKALOG_CONFIG."),
+        "topics": Param(None, type=["null", "array"], items={"type": "string", "pattern": TOPIC_PATTERN},
+                        description="Only these topics (default: every topic)."),
+        "dry_run": Param(False, type="boolean",
+                         description="Plan and report exactly what a real run would do; change nothing."),
+        "wall_now_ms": Param(None, type=["null", "integer"], minimum=0,
+                             description="Pin the wall clock stamped into new tombstone delete horizons, to "
+                                         "reproduce a cycle byte for byte. Default: the wall clock."),
+        **extra,
+    }
+
+
+def cycle_settings(context: Context) -> CycleSettings:
+    """The cycle's settings from the run's params and clock: the end of its data interval when it has
+    one (scheduled, backfilled, or triggered with a logical date), else ``run_after``; never later
+    than the wall clock."""
+    params = context["params"]
+    logical = context.get("data_interval_end") or context["dag_run"].run_after
+    return CycleSettings(
+        run_id=f"{context['dag'].dag_id}/{context['run_id']}",
+        now_ms=cycle_clock_ms(int(logical.timestamp() * 1000)),
+        log_dirs=tuple(params["log_dirs"] or _env_list("KAFKALOG_LOG_DIRS")),
+        config_file=params.get("config_file") or None,
+        topics=None if params.get("topics") is None else tuple(params["topics"]),
+        dry_run=bool(params.get("dry_run")),
+        wall_now_ms=params.get("wall_now_ms"))
+
+
+def run_dir(context: Context) -> Path:
+    """The run dir of this DAG run (derived, not passed: every task of the run finds the same one)."""
+    params = context["params"]
+    log_dirs = params["log_dirs"] or _env_list("KAFKALOG_LOG_DIRS")
+    if not log_dirs:
+        raise ValueError("no log dirs: set the log_dirs param or KAFKALOG_LOG_DIRS")
+    return run_dir_for(os.environ.get(STATE_DIR_ENV), log_dirs, context["dag"].dag_id, context["run_id"])
+
+
+# --- lineage ---------------------------------------------------------------------------------------------
+class _LineageMixin:
+    """Turns a step's ``topics`` into asset events and OpenLineage datasets."""
+
+    _kafkalog_result: Mapping[str, Any] | None = None
+
+    def emit_topic_events(self, context: Context, result: Mapping[str, Any] | None) -> None:
+        self._kafkalog_result = result
+        for topic, change in lineage.changed_topics(result).items():
+            context["outlet_events"][AssetAlias(lineage.TOPICS_ALIAS)].add(
+                Asset(lineage.topic_asset_uri(topic)), extra={"task": self.task_id, **change})  # type: ignore[attr-defined]
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from kafkalog.pipeline.openlineage_facets import operator_lineage
+
+        return operator_lineage(self.task_id, self._kafkalog_result)  # type: ignore[attr-defined]
+
+
+class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator):
+    custom_operator_name = "@maintenance_task"
+
+    def __init__(self, *, python_callable: Callable[..., Any], op_args: Sequence[Any] | None,
+                 op_kwargs: Mapping[str, Any] | None, **kwargs: Any) -> None:
+        super().__init__(kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args,
+                                             "op_kwargs": op_kwargs},
+                         python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
+
+    def execute(self, context: Context) -> Any:
+        result = super().execute(context)
+        self.emit_topic_events(context, result if isinstance(result, Mapping) else None)
+        return result
+
+
+def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+    """``@task`` for pipeline steps: declares the topics alias as outlet and emits the lineage."""
+    kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
+    return task_decorator_factory(python_callable=python_callable, decorated_operator_class=_MaintenanceTaskOperator,
+                                  **kwargs)
+
+
+# --- the file-delete wait --------------------------------------------------------------------------------
+class WaitFileDeleteDelayOperator(BaseOperator):
+    """Wait, on the wall clock, until every ``.deleted`` file this run marked is due for deletion
+    (the ``mark_deleted`` results in the run dir say when they were marked and with which delay).
+    A backfilled run waits too: the delay is a grace period promised to readers, not a date.
+    """
+
+    ui_color = "#e8f4fd"
+
+    def execute(self, context: Context) -> None:
+        deadline_ms = file_delete_deadline_ms(run_dir(context))
+        now_ms = wall_clock_ms()
+        if deadline_ms is None or deadline_ms <= now_ms:
+            self.log.info("nothing this run marked is still within file.delete.delay.ms; no wait")
+            return
+        from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+
+        moment = datetime.datetime.fromtimestamp(deadline_ms / 1000, tz=datetime.UTC)
+        self.log.info("this run's marks are due at %s (in %.1f s); deferring on the wall clock",
+                      moment.isoformat(), (deadline_ms - now_ms) / 1000)
+        self.defer(trigger=DateTimeTrigger(moment=moment, end_from_trigger=True), method_name="execute_complete",
+                   timeout=datetime.timedelta(milliseconds=deadline_ms - now_ms) + WAIT_SLACK)
+
+    def execute_complete(self, context: Context, event: Any = None) -> None:
+        self.log.info("file.delete.delay.ms has passed for this run's marks")
+
+
+# --- the Spark job ---------------------------------------------------------------------------------------
+class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
+    """``spark_jobs/compact_logs.py`` with the run's compaction plan (``selection``: the result of the
+    task that wrote it). Skipped (not succeeded) when nothing is due or in a dry run. Partitions that
+    fail are in the job's report, which the report task reads; the task fails only when the job
+    itself does (retried then, safely: the cleaner's swap is crash-safe and a rerun finishes it)."""
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "selection")
+
+    def __init__(self, *, selection: Any, conn_id: str = SPARK_CONN_ID, **kwargs: Any) -> None:
+        super().__init__(application="", conn_id=conn_id, name="kafkalog-compact", **kwargs)
+        self.selection = selection
+
+    def execute(self, context: Context) -> Any:
+        from airflow.sdk import BaseHook
+
+        from kafkalog.pipeline.plans import read_json
+        from kafkalog.pipeline.spark import submit_settings
+
+        selection = self.selection or {}
+        if selection.get("dry_run"):
+            raise AirflowSkipException(f"dry run: the plan {selection.get('plan')} selects {selection.get('selected')}"
+                                       " partitions; nothing is compacted")
+        if not selection.get("selected"):
+            raise AirflowSkipException("nothing is due for compaction (see select_logs_to_clean for why)")
+        settings = cycle_settings(context)
+        directory = run_dir(context)
+        report = compaction_report_path(directory)
+        spark = submit_settings()
+        self.application = spark.application
+        self.conf = {**spark.conf, **(self.conf or {})}
+        self.env_vars = {**spark.env, **(self.env_vars or {})}
+        args = ["--plan", selection["plan"], "--report", str(report), "--run-id", settings.run_id,
+                "--partition-failures-ok", *[a for d in settings.log_dirs for a in ("--log-dir", d)]]
+        if settings.config_file:
+            args += ["--config-file", settings.config_file]
+        if settings.wall_now_ms is not None:
+            args += ["--wall-now-ms", str(settings.wall_now_ms)]
+        self.application_args = args
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except Exception:  # noqa: BLE001 - no such connection: the documented default, not yarn
+            self.log.info("connection %s is not defined: running on local[*]", self._conn_id)
+            os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = '{"conn_type": "spark", "host": "local[*]"}'
+        super().execute(context)
+        doc = read_json(report)
+        for p in doc.get("partitions", []):
+            self.log.info("%s-%s: %s%s", p["topic"], p["partition"], p["status"],
+                          f" ({p['error']})" if p.get("error") else "")
+        result = {"report": str(report), "status": doc.get("status"), "totals": doc.get("totals"),
+                  "topics": compaction_changes(doc), "topics_read": sorted({s["topic"] for s in doc.get("plan", {})
+                                                                            .get("targets", [])})}
+        self.emit_topic_events(context, result)
+        return result

@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYSPARK_VERSION := 4.3.0
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo airflow test bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The demo store, then one whole kafkalog_cleanup cycle run by Airflow (SQLite, LocalExecutor, Spark
+# local[2]) on it, with the cycle's report printed.
 demo: install
-	$(VENV)/bin/kafkalog demo --dir demo-logs
+	$(PY) -m kafkalog.pipeline.airflow_local demo --dir demo-logs --airflow-home .airflow
+
+# The Airflow UI on http://127.0.0.1:8080 (the login is printed) with the demo store under maintenance
+# (or $$KAFKALOG_LOG_DIRS). Ctrl-C stops every component.
+airflow: install
+	$(PY) -m kafkalog.pipeline.airflow_local serve --dir demo-logs --airflow-home .airflow --port 8080
 
 test: install
 	$(PY) -m pytest
@@ -30,8 +37,8 @@ bench: install
 	$(PY) -m benchmarks.bench_decode
 
 lint: install
-	$(VENV)/bin/ruff check kafkalog tests benchmarks spark_jobs
+	$(VENV)/bin/ruff check kafkalog tests benchmarks spark_jobs dags
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) demo-logs
+	rm -rf $(VENV) demo-logs demo-logs.properties .airflow .kafkalog-pipeline

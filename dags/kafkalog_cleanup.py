@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from typing import Any
 
 from airflow.sdk import TriggerRule, dag, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -65,15 +66,16 @@ never later than the wall clock. Grace periods promised to readers run on the wa
 )
 def kafkalog_cleanup() -> None:
     @task
-    def scan_partitions(**context: object) -> list[dict[str, object]]:
+    def scan_partitions(**context: Any) -> list[dict[str, Any]]:
         """Recover interrupted swaps and topic deletions, inventory the log dirs, shard them by bytes."""
         result = cycle.scan_partitions(run_dir(context), cycle_settings(context))
         print(f"{result['partitions']} partitions, {result['bytes']} bytes in {len(result['shards'])} shards at "
               f"now_ms={result['now_ms']}; recovered {result['recovered'] or 'nothing'}")
-        return result["shards"]  # type: ignore[return-value]
+        shards: list[dict[str, Any]] = result["shards"]
+        return shards
 
     @maintenance_task
-    def plan_retention(shard: dict[str, object], **context: object) -> dict[str, object]:
+    def plan_retention(shard: dict[str, Any], **context: Any) -> dict[str, Any]:
         """Kafka's deleteOldSegments for one shard at the cycle's clock, written as a plan file."""
         result = cycle.plan_retention_shard(run_dir(context), str(shard["path"]))
         print(f"shard {result['shard']}: {result['segments']} segments ({result['bytes']} bytes) deletable in "
@@ -81,7 +83,7 @@ def kafkalog_cleanup() -> None:
         return result
 
     @maintenance_task
-    def mark_deleted(planned: dict[str, object], **context: object) -> dict[str, object]:
+    def mark_deleted(planned: dict[str, Any], **context: Any) -> dict[str, Any]:
         """Apply that shard's plan: rename segments to .deleted, advance log start offsets (never more)."""
         result = cycle.mark_shard(run_dir(context), str(planned["plan"]))
         for topic, change in result["topics"].items():
@@ -90,7 +92,7 @@ def kafkalog_cleanup() -> None:
         return result
 
     @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
-    def delete_marked(**context: object) -> dict[str, object]:
+    def delete_marked(**context: Any) -> dict[str, Any]:
         """Delete .deleted files and -delete dirs whose file.delete.delay.ms has passed (wall clock)."""
         result = cycle.delete_marked(run_dir(context))
         print(f"deleted {result['deleted_files']} files ({result['deleted_bytes']} bytes) and "
@@ -99,7 +101,7 @@ def kafkalog_cleanup() -> None:
         return result
 
     @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
-    def select_dirtiest_logs(**context: object) -> dict[str, object]:
+    def select_dirtiest_logs(**context: Any) -> dict[str, Any]:
         """The cleaner manager's choice (dirty ratio, compaction lags) as the cycle's compaction plan."""
         result = cycle.select_logs_to_clean(run_dir(context))
         print(f"{result['selected']} logs selected ({result['cleanable_bytes']} cleanable bytes); "
@@ -107,7 +109,7 @@ def kafkalog_cleanup() -> None:
         return result
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
-    def report(**context: object) -> dict[str, object]:
+    def report(**context: Any) -> dict[str, Any]:
         """The cycle's summary; fails naming each partition that failed anywhere in the cycle."""
         directory = run_dir(context)
         summary = cycle.summarize(directory)

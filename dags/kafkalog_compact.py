@@ -9,6 +9,7 @@ compacted (``cleanup.policy`` without ``compact``) is refused by ``plan_compacti
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from airflow.sdk import Param, TriggerRule, dag, task
 from airflow.sdk.exceptions import AirflowFailException
@@ -42,7 +43,7 @@ from kafkalog.pipeline.operators import (
 )
 def kafkalog_compact() -> None:
     @maintenance_task
-    def plan_compaction(**context: object) -> dict[str, object]:
+    def plan_compaction(**context: Any) -> dict[str, Any]:
         """The topic's cleanable ranges, whatever their dirty ratio, as a compaction plan."""
         params = context["params"]
         directory = run_dir(context)
@@ -53,7 +54,7 @@ def kafkalog_compact() -> None:
         return result
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
-    def report(**context: object) -> dict[str, object]:
+    def report(**context: Any) -> dict[str, Any]:
         """What was compacted; fails naming each partition that failed."""
         summary = cycle.summarize(run_dir(context))
         for line in cycle.format_report(summary):
@@ -61,7 +62,8 @@ def kafkalog_compact() -> None:
         if summary["failed"]:
             names = sorted(f"{f['topic']}-{f['partition']}" for f in summary["failed"])
             raise AirflowFailException(f"compaction failed in {', '.join(names)}")
-        return summary["compaction"]
+        compaction: dict[str, Any] = summary["compaction"]
+        return compaction
 
     planned = plan_compaction()
     compact = CompactLogsOperator(task_id="compact", selection=planned, execution_timeout=datetime.timedelta(hours=6),

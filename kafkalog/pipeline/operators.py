@@ -22,7 +22,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context, Param
-from airflow.sdk.bases.decorator import DecoratedOperator, task_decorator_factory
+from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow.sdk.exceptions import AirflowSkipException
 
 from kafkalog.pipeline import lineage
@@ -66,7 +66,7 @@ def cycle_params(**extra: Param) -> dict[str, Param]:
     }
 
 
-def cycle_settings(context: Context) -> CycleSettings:
+def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
     """The cycle's settings from the run's params and clock: the end of its data interval when it has
     one (scheduled, backfilled, or triggered with a logical date), else ``run_after``; never later
     than the wall clock."""
@@ -82,7 +82,7 @@ def cycle_settings(context: Context) -> CycleSettings:
         wall_now_ms=params.get("wall_now_ms"))
 
 
-def run_dir(context: Context) -> Path:
+def run_dir(context: Mapping[str, Any]) -> Path:
     """The run dir of this DAG run (derived, not passed: every task of the run finds the same one)."""
     params = context["params"]
     log_dirs = params["log_dirs"] or _env_list("KAFKALOG_LOG_DIRS")
@@ -124,7 +124,7 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
         return result
 
 
-def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
     """``@task`` for pipeline steps: declares the topics alias as outlet and emits the lineage."""
     kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
     return task_decorator_factory(python_callable=python_callable, decorated_operator_class=_MaintenanceTaskOperator,

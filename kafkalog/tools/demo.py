@@ -27,7 +27,8 @@ DEMO_MARKER = ".kafkalog-demo"
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 
 
-def run_demo(directory: Path, out: TextIO) -> int:
+def write_demo_store(directory: Path) -> LogStore:
+    """A fresh demo log dir (an earlier demo dir there is replaced, anything else is refused)."""
     directory = Path(directory)
     if directory.exists():
         if not (directory / DEMO_MARKER).exists():
@@ -52,7 +53,12 @@ def run_demo(directory: Path, out: TextIO) -> int:
                   BASE_TIMESTAMP_MS + i) for i in range(1500)]
     with store.writable_log(store.locate("demo-changelog", 0)) as log:
         log.append_records(changelog, batch_records=25, now_ms=BASE_TIMESTAMP_MS + 2_000_000)
+    return store
 
+
+def run_demo(directory: Path, out: TextIO) -> int:
+    directory = Path(directory)
+    store = write_demo_store(directory)
     out.write(f"Wrote a sample log dir at {directory}\n")
     for location in store.partitions():
         log = store.open_log(location, read_only=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from benchmarks._machine import describe
 from kafkalog.format.batch import assemble_batch
 from kafkalog.format.compression import CompressionType, compress
 from kafkalog.log.store import LogStore
@@ -176,13 +177,15 @@ def time_compaction(work: Path) -> dict[str, object]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-mb", type=int, default=1000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_compaction", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mb", type=int, default=1000, help="partition size to build (default 1000)")
+    parser.add_argument("--runs", type=int, default=3, help="timed rounds; medians are reported (default 3)")
     parser.add_argument("--quick", action="store_true", help="100 MB, 1 run: a smoke test")
     args = parser.parse_args()
     if args.quick:
         args.size_mb, args.runs = 100, 1
+    print(describe("bench_compaction"), flush=True)
     rows = []
     for codec, target in ((CompressionType.NONE, 0.35), (CompressionType.LZ4, 0.10)):
         source = DATA / f"compaction-v2-{args.size_mb}mb-{codec.name_kafka}"

@@ -11,9 +11,10 @@ What each contestant does per run, on a ``bytes`` read into memory once (warm pa
 * aiokafka 0.14, Cython ``_crecords``: ``MemoryRecords(data).next_batch()`` until None,
   ``validate_crc()`` per batch (the same work as kafkalog; also timed without it), then every
   record's offset, timestamp, key and value.
-* kafka-python 3.0: the same loop with ``kafka.record.MemoryRecords``. At ~24 MB/s it decodes a
-  batch-aligned prefix (the batches in the first ``--kafka-python-mb`` MB of the uncompressed
-  segment, the same batches of the lz4 one) and is compared by rate.
+* kafka-python 3.0: the same loop with ``kafka.record.MemoryRecords``. Its pure-Python record classes
+  build several objects per record, so it decodes only a batch-aligned prefix (the batches in the
+  first ``--kafka-python-mb`` MB of the uncompressed segment, the same batches of the lz4 one) and is
+  compared by rate.
 
 Inputs are built with ``kafkalog.format.batch.build_batch`` and cached under ``benchmarks/.data/``
 (keyed by size, batch size and a data version); nothing is built or read inside a timed region. The
@@ -30,7 +31,7 @@ MB/s counts bytes of the segment file (lz4: the compressed bytes as stored); 1 M
 
 Run from the project root::
 
-    python -m benchmarks.bench_decode              # 200 MB, the acceptance run (~1-2 min)
+    python -m benchmarks.bench_decode              # 200 MB, the acceptance run
     python -m benchmarks.bench_decode --quick      # 20 MB smoke run
 
 The exit code is 0 whatever the result: this is a report, not a test.
@@ -39,10 +40,8 @@ The exit code is 0 whatever the result: this is a report, not a test.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import os
-import platform
 import statistics
 import sys
 import time
@@ -57,6 +56,7 @@ import numba
 import numpy as np
 from crc32c import crc32c as c_crc32c
 
+from benchmarks._machine import describe
 from kafkalog.format import scan
 from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK, Record, build_batch
 from kafkalog.format.compression import CompressionType
@@ -218,9 +218,9 @@ def run_rounds(contestants: list[Contestant], rounds: int) -> None:
 
     Each timed run follows an untimed one of the same contestant: the steady state of decoding
     segment after segment, where memory freed by one decode is reused by the next. Without it, a
-    contestant that allocates large arrays pays for fresh pages whenever it runs after a pause,
-    which on a VM that hands freed memory back to its host (as this one does) costs several times
-    more than the decode itself; ``fresh_memory_probe`` reports that cost on its own.
+    contestant that allocates large arrays pays for fresh pages whenever it runs after a pause (a
+    page fault per page, and more where the hypervisor takes freed guest memory back), which can cost
+    more than the decode itself; ``fresh_memory_probe`` reports that cost on the machine at hand.
     """
     for r in range(rounds):
         for c in contestants:
@@ -389,11 +389,9 @@ def print_report(contestants: list[Contestant], phases: dict[str, dict[str, floa
                  first_call: float, fresh: tuple[float, float], problems: list[str],
                  args: argparse.Namespace) -> None:
     by_key = {(c.dataset, c.name): c for c in contestants}
-    command = " ".join(["python -m benchmarks.bench_decode", *sys.argv[1:]])
     print()
-    print(f"date: {datetime.date.today().isoformat()}   machine: {os.cpu_count()} cores "
-          f"({platform.machine()}), Python {platform.python_version()}, numpy {np.__version__}, "
-          f"numba {numba.__version__}   command: {command}")
+    print(describe("bench_decode"))
+    print(f"numpy {np.__version__}, numba {numba.__version__}")
     kind = "cache load" if first_call < 1.0 else "longer than a cache load: probably a compile (cold cache)"
     print(f"numba kernels' first call (one batch of each dataset): {first_call * 1e3:,.0f} ms ({kind}); excluded below")
     print(f"fresh memory: writing 256 MB of new numpy memory after a 3 s pause took {fresh[0] * 1e3:,.0f} ms "

@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks._machine import describe
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log import names
 from kafkalog.log.index import encode_time_index
@@ -93,11 +94,13 @@ def time_cli(root: Path, now_ms: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--partitions", type=int, default=10_000)
-    parser.add_argument("--segments", type=int, default=20)
-    parser.add_argument("--runs", type=int, default=3)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_retention", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=10_000, help="partitions, over 100 topics (default 10000)")
+    parser.add_argument("--segments", type=int, default=20, help="segments per partition (default 20)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs of each; medians (default 3)")
     args = parser.parse_args()
+    print(describe("bench_retention"), flush=True)
     root = DATA / f"retention-{args.partitions}x{args.segments}"
     started = time.perf_counter()
     build(root, args.partitions, args.segments)

@@ -17,14 +17,14 @@ all with the same ``now_ms`` and ``wall_now_ms``:
     worker) are excluded, as in ``bench_compaction``;
 (p) the limit two cores set, with no Spark (multi-partition set only): two such children started together
     once both have warmed up, each compacting every other partition with ``compact(topic=, partition=)``,
-    timed from the first one's start to the last one's end. On a VM whose two vCPUs slow each other down
-    (shared host cores, one clock for both), this is what any two-worker job can reach at best, measured in
-    the same rounds;
+    timed from the first one's start to the last one's end. Two cleaners share the memory bus, the
+    last-level cache and the page cache, and two vCPUs may share host cores: this is what any two-worker job
+    can reach at best on the machine, measured in the same rounds;
 (m) the machine's own limit, at the start of every round: a pure Python integer loop (~1 s; no memory
     traffic, no I/O, nothing shared) by one process, then by two at once: 2 x one's time / the pair's is
-    what the VM's two vCPUs give right then. Not a contestant: it says how far any two-process result can go;
+    what the machine's two cores give right then. Not a contestant: it says how far any two-process result can go;
 (b) ``spark_jobs/compact_logs.py`` via ``spark-submit --master local[2] --driver-java-options
-    "$LEAN_JVM_OPTIONS"`` (C1 only, serial GC: see ``compact_logs.LEAN_JVM_OPTIONS``);
+    "$LEAN_JVM_OPTIONS"`` (C1 only, serial GC: see ``kafkalog.pipeline.spark.LEAN_JVM_OPTIONS``);
 (c) the same job on a standalone master with 2 one-core workers, all on 127.0.0.1, started for each run
     (the workers once the master is ALIVE) and stopped afterwards by process group (multi-partition set
     only). The application UI is off (the job's default); the master's and workers' web UIs cannot be
@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks._machine import describe
 from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
@@ -173,7 +174,7 @@ def _fresh_copy(source: Path, work: Path) -> Path:
 
 
 # --- the machine's own limit ---------------------------------------------------------------------------
-CPU_LOOP_N = 12_000_000  # ~0.8-1.2 s here
+CPU_LOOP_N = 12_000_000  # about a second of one core: long against the start of a process, short per round
 
 
 def _cpu_loop(start: Any) -> None:
@@ -197,8 +198,8 @@ def _cpu_loops_at_once(processes: int) -> float:
 
 
 def machine_limit(alternations: int = 3) -> dict[str, float]:
-    """(m): the same CPU loop by one process, then by two at once, ``alternations`` times (one process's
-    speed moves by up to 1.8x from one second to the next here); ``x`` = 2 x median one / median two."""
+    """(m): the same CPU loop by one process, then by two at once, ``alternations`` times (alternated, as a
+    vCPU's speed can move from one second to the next on a shared host); ``x`` = 2 x median one / median two."""
     ones, twos = [], []
     for _ in range(alternations):
         ones.append(_cpu_loops_at_once(1))
@@ -549,10 +550,11 @@ def _round_details(runner: str, r: dict[str, Any]) -> str:
 
 # --- main ----------------------------------------------------------------------------------------------
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--partition-mb", type=int, default=250)
-    parser.add_argument("--single-mb", type=int, default=1000)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_spark", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of the multi-partition set (default 8)")
+    parser.add_argument("--partition-mb", type=int, default=250, help="MB per partition of that set (default 250)")
+    parser.add_argument("--single-mb", type=int, default=1000, help="MB of the single-partition set (default 1000)")
     parser.add_argument("--runs", type=int, help="interleaved rounds; medians are reported (default 5, --quick 1)")
     parser.add_argument("--quick", action="store_true", help="4 x 50 MB and 1 x 200 MB, 1 round: a smoke test")
     parser.add_argument("--no-cluster", action="store_true", help="skip (c), the standalone cluster")
@@ -561,6 +563,7 @@ def main() -> int:
         args.partitions, args.partition_mb, args.single_mb = 4, 50, 200
     if args.runs is None:
         args.runs = 1 if args.quick else 5
+    print(describe("bench_spark"), flush=True)
     reason = spark_missing()
     if reason is not None:
         raise SystemExit(f"cannot run the Spark benchmark: {reason}")

@@ -10,16 +10,17 @@ their first 8 bytes in ``w0`` and their arena position in ``w1`` and are compare
 (length-prefixed). The home slot is ``(hash_hi * capacity) >> 32``: any capacity works, so the table
 is sized to the keys rather than to a power of two.
 
-The table is larger than the caches, so a probe in log order misses the caches and, on a VM with
-nested paging, the TLB too (~300 ns a row measured on a Xeon VM). Rows are therefore hashed first,
+The table is larger than the caches: probed in log order, every row is a random access that misses
+the caches and the TLB (a page walk, nested under virtualisation). Rows are therefore hashed first,
 ordered by home slot a 32nd of the table at a time (a counting sort on the tag's top bits), and then
 probed in that order with the slot ``AHEAD`` rows later prefetched: the probes sweep the table from
-start to end (~100 ns a row in all on the same VM, hashing and ordering included). The map's own
-pass hashes keys straight from the records sections (``hash_record_keys``), without record columns.
+start to end, so neighbouring probes share pages and cache lines and several misses are in flight at
+once. The map's own pass hashes keys straight from the records sections (``hash_record_keys``),
+without record columns.
 
 The helpers are plain compiled functions, which LLVM inlines: numba's own inlining
-(``inline="always"``) left reference-count calls on the array arguments inside the loops (hashing an
-11-byte key: 62 ns with it, 16 ns without).
+(``inline="always"``) leaves reference-count calls on the array arguments inside the loops, which
+cost more than hashing a short key does.
 
 ``superseded`` (a bitmap over the offsets ``[base, base + 64 * len)``, or empty) records every
 offset whose key gets a later offset in the same table: after a whole range is inserted, a record of
@@ -182,7 +183,7 @@ def _varint(data: U8, p: Any, end: Any, max_bytes: Any) -> tuple[Any, Any]:
     decoder's ``scan._varint`` (at most ``max_bytes``; a 5-byte one is a Java int, bits past 31
     dropped), so both passes read the same offsets and keys; position -1 where that one reports an
     error. That one also says which error, for its messages; the map pass needs only that there is
-    one (``scan_records`` then reports it), and this loop form measured ~25 ns a record faster here."""
+    one (``scan_records`` then reports it), so its loop carries no error state."""
     u = np.uint64(0)
     shift = np.uint64(0)
     limit = np.uint64(7 * max_bytes)

@@ -425,9 +425,10 @@ class RecordColumns:
 class ColumnWorkspace:
     """Reusable memory for :func:`scan_records`' columns.
 
-    Decoding segment after segment into the same arrays avoids writing fresh memory each time, which
-    costs more than the decoding on a VM that hands freed pages back to its host. Columns returned
-    while using a workspace are views into it: they are valid until the next scan with it.
+    Decoding segment after segment into the same arrays avoids writing fresh memory each time: every
+    fresh page is a page fault (more where the hypervisor takes freed guest memory back), while the
+    decoding writes each column byte only once, so the faults can cost more than the decoding. Columns
+    returned while using a workspace are views into it: they are valid until the next scan with it.
     """
 
     def __init__(self) -> None:

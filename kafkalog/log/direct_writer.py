@@ -2,17 +2,19 @@
 
 The cleaner writes each ``.cleaned`` segment once, front to back, and reads none of it back: the
 output was verified in memory. Written through the page cache, every byte of it first takes a page
-the kernel must allocate, and on this project's VMs a page the host took back costs far more to
-touch again than the copy itself (a 400 MB buffered write measured 1.06 s of system time here, the
-same write with ``O_DIRECT`` 0.04 s). Cleaned data is also the coldest data a partition has, so it
-should not push hot segments out of the cache.
+the kernel must allocate, fill and later write back and reclaim, all in system time charged to the
+writing thread; where the hypervisor takes freed guest pages back, each such page costs more than the
+copy itself. That CPU competes with the cleaning whenever every core is busy (several cleaners, or
+Spark tasks). ``O_DIRECT`` moves the bytes from the staging buffer to the device without any of it.
+Cleaned data is also the coldest data a partition has, so it should not push hot segments out of the
+cache.
 
 So the file is opened with ``O_DIRECT`` where the file system accepts it: whole blocks are written
 from a block-aligned staging buffer, the few bytes past the last whole block wait there for the
 next part, and the tail is written through the page cache at the end. Where ``O_DIRECT`` is refused
 (ramfs, tmpfs before Linux 6.6, some network and FUSE file systems, or a platform without
 it) the file is written through
-the page cache as before, and the disk write of each part is started at once with
+the page cache instead, and the disk write of each part is started at once with
 ``sync_file_range`` so that the final fsync finds little left to do. Either way ``close`` fsyncs:
 ``O_DIRECT`` bypasses the page cache, not the disk's own write cache.
 """

@@ -106,7 +106,8 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
     checkpoints = checkpoints if checkpoints is not None else LogDirCheckpoints.read(log_dir)
     directory = os.path.join(log_dir, f"{topic}-{partition}")
     # Every file is reached through the directory's descriptor: the kernel resolves one name per
-    # call instead of the whole path, which is most of the cost of a stat or an open here.
+    # call instead of the whole path, and that path walk is most of what a stat or an open of a
+    # small file costs.
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         return _snapshot(dir_fd, directory, log_dir, topic, partition, config, checkpoints, now_ms)

@@ -79,9 +79,10 @@ Buffer = bytes | memoryview
 
 
 class _Scratch(threading.local):
-    """Memory reused by every window this thread cleans: writing fresh pages costs more than the
-    work done in them on a VM that returns freed memory to its host, so the columns of the source
-    and of the cleaned output, and the output itself, live in buffers that only ever grow.
+    """Memory reused by every window this thread cleans: every fresh page is a page fault (and more
+    where the hypervisor takes freed guest memory back), which can cost more than the work done in
+    the page, so the columns of the source and of the cleaned output, and the output itself, live in
+    buffers that only ever grow.
 
     The output buffers come in two sets, used in turns (``flip``): a window's output is written to
     its file in the background while the next window is cleaned into the other set."""
@@ -111,9 +112,9 @@ class _Scratch(threading.local):
 
 _scratch = _Scratch()
 _LZ4_FRAME_HEADER = np.frombuffer(compression.LZ4_FRAME_HEADER, dtype=np.uint8)
-# Segments are decoded this many bytes of batches at a time: memory no longer grows with the segment
-# size, and a window's batches, columns and output stay in the caches from decoding to writing
-# (8 MiB windows clean a GB ~10 % faster than 32 MiB ones on this project's 2-core VMs).
+# Segments are decoded this many bytes of batches at a time: memory does not grow with the segment
+# size, and a window's batches, its columns (68 B a record) and its output are small enough to stay in
+# the CPU caches from decoding to writing.
 WINDOW_BYTES = 8 << 20
 
 
@@ -270,7 +271,7 @@ def finish_round(ctx: CleanContext, result: CleanResult, run_id: str) -> None:
 # --- 1. the key map --------------------------------------------------------------------------------
 def _map(segment: LogSegment) -> Buffer:
     """The segment's bytes, memory-mapped: an inactive segment is never written or truncated, and
-    mapping it avoids copying it into fresh memory (slow on a VM that returns freed pages to its host)."""
+    mapping it reads it from the page cache without copying it into fresh memory."""
     with open(segment.log_path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""

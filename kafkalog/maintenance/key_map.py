@@ -5,10 +5,10 @@ full, and treats two keys with the same digest as one. This map is exact and gro
 open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) of 32-byte slots holding a tag
 (hash and length), the offset and the key itself (inline up to 16 bytes, else in a key arena);
 equality is always decided on the bytes. Memory is about ``32 B / 0.8`` per distinct key, plus
-``4 + key size`` for keys over 16 bytes: ~40 MB for a million short keys. Fresh memory is slow on a
-VM that returns freed pages to its host, so the table is sized to the keys, not to a power of two,
-and a process keeps its table memory between maps, as Kafka's cleaner keeps its dedupe buffer for
-its life (``TablePool``).
+``4 + key size`` for keys over 16 bytes: ~40 MB for a million short keys. Every page of fresh memory
+is a page fault (and more where the hypervisor takes freed guest pages back), so the table is sized
+to the keys, not to a power of two, and a process keeps its table memory between maps, as Kafka's
+cleaner keeps its dedupe buffer for its life (``TablePool``).
 
 A map too big for one task is built as ``parts`` maps over the same range that share the keys by
 hash (``KeyMap(part=p, parts=n)``), in parallel; ``HashedKeyMap`` answers from them exactly as one
@@ -52,9 +52,10 @@ MAX_TRACKED_OFFSETS = 1 << 34
 
 
 # The table memory a process keeps between maps: room for a table of Kafka's default dedupe buffer
-# size (log.cleaner.dedupe.buffer.size, 128 MiB: ~3.3 million keys here) and the half-size one it is
-# rehashed from. On this VM, a 1 GB partition's map (2 million keys) spent 0.3-0.45 s of system time
-# faulting in the fresh memory of its table chain, against 0.25 s of work.
+# size (log.cleaner.dedupe.buffer.size, 128 MiB: ~3.3 million keys at 40 B a key) and the half-size
+# one it is rehashed from. Faulting in a fresh table chain (a page fault per 4 KiB page) is kernel
+# work of the same order as the map's own inserts, and it falls on the round's critical path; the
+# kept pages are faulted in once per process.
 TABLE_POOL_BYTES = 192 << 20
 
 
@@ -174,8 +175,8 @@ class KeyMap(_Supersession):
         return np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
 
     def _staging(self, rows: int) -> tuple[I64, I64]:
-        """Scratch for ``rows`` hashed rows and their ordered copies: kept and reused, as fresh
-        memory is slow on a VM that returns freed pages to its host."""
+        """Scratch for ``rows`` hashed rows and their ordered copies: kept and reused, so that a map
+        faults in its staging pages once, not once per chunk."""
         if self._scratch is None or len(self._scratch[0]) < rows:
             self._scratch = (np.empty((rows, HASHED_WORDS), dtype=np.int64),
                              np.empty((rows, HASHED_WORDS + 1), dtype=np.int64))
@@ -184,8 +185,8 @@ class KeyMap(_Supersession):
 
     def _reserve(self, keys: int, key_bytes: int) -> None:
         if self._size + keys > len(self._table) * MAX_LOAD:
-            # Double: every table of the chain is fresh memory, which costs more than the rehash itself
-            # on a VM that returns freed pages to its host; doubling touches 2x the final table in all.
+            # Double: every table of the chain is fresh memory, whose page faults can cost more than the
+            # rehash itself; doubling touches 2x the final table in all, growing by 1.5x would touch 3x.
             capacity = max(int((self._size + keys) / MAX_LOAD) + 1, len(self._table) * 2)
             new = self._new_table(capacity, len(self._table))
             table_rehash(self._table, new)

@@ -75,7 +75,7 @@ from kafkalog.maintenance.cleaner import (
 )
 from kafkalog.maintenance.key_map import FinalBits, HashedKeyMap, KeyMap, tracks_range
 
-POLL_S = 0.004  # how often an idle worker looks for work (a group takes 50-500 ms)
+POLL_S = 0.004  # how often an idle worker looks for work: short against writing a group (megabytes)
 PLAN_PREFIX, PLANS_END = "round-", "rounds-end.json"  # in the run dir: the plans, then their count
 SETTLED_PREFIX = "settled-"  # in the run dir, + a board's name: that round is complete or failed
 

@@ -1,18 +1,19 @@
 """Load the cleaner's compiled kernels into this process before the real work.
 
 The numba kernels are compiled once into a cache dir, but every new process still loads each one
-from that cache on its first call (a few tenths of a second in all). A long-lived worker, such as
-a Spark executor's Python worker, can pay that up front: ``warm()`` cleans a tiny throwaway
-partition in a temporary directory, in one pass and in parts, which calls every kernel a cleaning
-round calls. It is idempotent per process and touches no real log.
+from that cache on its first call. A long-lived worker, such as a Spark executor's Python worker,
+can pay that up front: ``warm()`` cleans a tiny throwaway partition in a temporary directory, in one
+pass and in parts, which calls every kernel a cleaning round calls. It is idempotent per process and
+touches no real log.
 
 It faults in the memory key maps take their tables from (``key_map.TABLES``), as Kafka's cleaner
-fills its dedupe buffer when it starts: fresh memory is slow on a VM that returns freed pages to
-its host, and a big map's first table chain paid for it in the middle of a round.
+fills its dedupe buffer when it starts, so that a big map's first table chain is not faulted in in
+the middle of a round, on its critical path.
 
 Then it moves every object alive (modules, compiled kernels: ~125,000 objects) out of the cyclic
 garbage collector's reach (``gc.freeze``): pyspark's worker daemon runs a full ``gc.collect()``
-after every task of a reused Python worker, which took ~50 ms with them, as long as a small task.
+after every task of a reused Python worker, and a full collection walks every tracked object, so
+with these in reach each collection would cost as much as a small task.
 """
 
 from __future__ import annotations

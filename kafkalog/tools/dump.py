@@ -13,7 +13,7 @@ the stop at the first zero-filled slot after the first, rather than through :mod
 which drops that tail on load: Kafka's sanity check and time-index lookups see those slots.
 
 Big segments: batch headers come from :func:`scan_batches` and records from :func:`scan_records` in
-chunks of batches, so the time goes into formatting lines (~2 µs a record), not into parsing.
+chunks of batches, so the time goes into formatting Kafka's lines, not into parsing.
 """
 
 from __future__ import annotations

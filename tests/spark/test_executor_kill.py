@@ -64,7 +64,7 @@ spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java
 PARTITIONS = range(len(CODECS))
 EXECUTOR_MAIN = b"CoarseGrainedExecutorBackend"
 # Every JVM here (master, workers, driver, executors and those relaunched after each kill) does little but
-# start: C1 only and one GC thread roughly halve the job's time on a two-core machine.
+# start: with C1 only and one GC thread, no compiler or GC threads take the cores the Python workers need.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
@@ -192,8 +192,8 @@ def _kill_executor(executor: int) -> list[int]:
 
 def _warm_numba_cache(spark: Spark, scratch_log_dir: Path) -> subprocess.Popen[bytes]:
     """``kafkalog compact`` of a throwaway log with the executors' NUMBA_CACHE_DIR, while the cluster and
-    the job start: the executors then load the compiled kernels instead of each compiling them for ~20 s
-    in its first task (which would only make the test slower, not its kill moments different)."""
+    the job start: the executors then load the compiled kernels instead of each compiling them in its
+    first task (which would only make the test slower, not its kill moments different)."""
     env = dict(spark.env, NUMBA_CACHE_DIR=str(spark.numba_cache_dir))
     with open(scratch_log_dir.parent / "compact.out", "wb") as out:
         return subprocess.Popen([sys.executable, "-m", "kafkalog.cli", "compact", "--log-dir", str(scratch_log_dir)],

@@ -80,8 +80,8 @@ pytestmark = pytest.mark.spark
 
 spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 PARTITIONS = range(len(CODECS))
-# 40 segments of ~2 KB per partition: ~25 segment groups, a split stage of 1-2 s on two one-core executors:
-# long enough to hit, and the kills are aimed by the driver's log and by freezing, not by luck.
+# 40 segments of ~2 KB per partition: ~25 segment groups, enough tasks' work to kill one mid-stage; the
+# kills are aimed by the driver's log and by freezing, not by luck.
 SEGMENTS = 40
 LOCAL_CONF = [f"spark.driver.extraJavaOptions={QUICK_JVM}"]  # local[2]: the executors run in the driver's JVM
 ATTEMPTS = 3  # kills of the whole job, to land one at the moment aimed at
@@ -106,7 +106,7 @@ EXECUTOR_IN_LINE = re.compile(r"executor (\w+)")
 def warm(spark: Spark) -> Iterator[subprocess.Popen[bytes]]:
     """Compile the cleaner's kernels (one pass and split) into the executors' numba cache while the logs
     are built and the cluster starts: the executors' probes then only load them (else every executor
-    would compile for ~15 s of this two-core machine)."""
+    would compile them, seconds of CPU each)."""
     env = dict(spark.env, NUMBA_CACHE_DIR=str(spark.numba_cache_dir))
     with open(spark.scratch / "warm.out", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from kafkalog.maintenance.warmup import warm; warm()"],

@@ -1,8 +1,8 @@
-"""The benchmarks README is a reference, and every benchmark it names still starts.
+"""The READMEs are references, and every benchmark the benchmarks README names still starts.
 
-Each ``python -m benchmarks.<name>`` the README names is run with ``--help`` (argument parsing and
-every module-level import, nothing measured); the README stays short and free of work-diary
-headings (numbered sessions, dated sections, history kept "for the record").
+Each ``python -m benchmarks.<name>`` that README names is run with ``--help`` (argument parsing and
+every module-level import, nothing measured); it stays under 250 lines, and no README has work-diary
+headings or phrases (numbered sessions, dated sections, history "kept for the record").
 """
 
 from __future__ import annotations
@@ -47,11 +47,24 @@ def test_each_benchmark_the_readme_names_starts(name: str) -> None:
     assert "usage:" in done.stdout
 
 
-def test_the_readme_is_a_reference_not_a_diary() -> None:
+def _readmes() -> list[str]:
+    """The project's READMEs, as git knows them (the benchmarks' and the Spark job's at least)."""
+    listed = subprocess.run(["git", "ls-files", "--", "README.md", "*/README.md"], cwd=REPO, capture_output=True,
+                            text=True)
+    found = set(listed.stdout.split()) if listed.returncode == 0 else set()
+    return sorted(found | {"benchmarks/README.md", "spark_jobs/README.md"})
+
+
+def test_the_benchmarks_readme_is_short() -> None:
     text = README.read_text(encoding="utf-8")
     lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     assert lines < MAX_LINES, f"benchmarks/README.md has {lines} lines; keep it under {MAX_LINES}"
+
+
+@pytest.mark.parametrize("readme", _readmes())
+def test_a_readme_is_a_reference_not_a_diary(readme: str) -> None:
+    text = (REPO / readme).read_text(encoding="utf-8")
     diary_headings = [h for h in HEADING.findall(FENCED.sub("", text)) if DIARY_HEADING.search(h)]
-    assert not diary_headings, f"diary headings in benchmarks/README.md: {diary_headings}"
+    assert not diary_headings, f"diary headings in {readme}: {diary_headings}"
     diary_text = sorted({m.group(0) for m in DIARY_TEXT.finditer(text)})
-    assert not diary_text, f"diary phrases in benchmarks/README.md: {diary_text}"
+    assert not diary_text, f"diary phrases in {readme}: {diary_text}"

@@ -22,6 +22,7 @@ from kafkalog.pipeline.operators import (
     WaitFileDeleteDelayOperator,
     cycle_params,
     cycle_settings,
+    failed_tasks,
     maintenance_task,
     run_dir,
 )
@@ -116,11 +117,12 @@ def kafkalog_cleanup() -> None:
         for line in cycle.format_report(summary):
             print(line)
         cycle.prune_run_dirs(directory)
-        if summary["failed"] or summary["missing_results"]:
+        tasks = failed_tasks(context)
+        if summary["failed"] or tasks:
             names = sorted({f"{f['topic']}-{f['partition']}" if f.get("partition") is not None else str(f["topic"])
-                            for f in summary["failed"]} | set(summary["missing_results"]))
-            raise AirflowFailException(f"the cycle left failures in {', '.join(names)} (the other partitions "
-                                       "were maintained; see the lines above)")
+                            for f in summary["failed"]})
+            raise AirflowFailException(f"the cycle failed in partitions {', '.join(names) or '-'} and tasks "
+                                       f"{', '.join(tasks) or '-'} (the other partitions were maintained)")
         return {k: summary[k] for k in ("now_ms", "dry_run", "partitions", "retention", "deletion")}
 
     scan = scan_partitions()

@@ -20,6 +20,7 @@ from kafkalog.pipeline.operators import (
     CompactLogsOperator,
     cycle_params,
     cycle_settings,
+    failed_tasks,
     maintenance_task,
     run_dir,
 )
@@ -59,9 +60,11 @@ def kafkalog_compact() -> None:
         summary = cycle.summarize(run_dir(context))
         for line in cycle.format_report(summary):
             print(line)
-        if summary["failed"]:
+        tasks = failed_tasks(context)
+        if summary["failed"] or tasks:
             names = sorted(f"{f['topic']}-{f['partition']}" for f in summary["failed"])
-            raise AirflowFailException(f"compaction failed in {', '.join(names)}")
+            raise AirflowFailException(f"compaction failed in partitions {', '.join(names) or '-'} and tasks "
+                                       f"{', '.join(tasks) or '-'}")
         compaction: dict[str, Any] = summary["compaction"]
         return compaction
 

@@ -23,7 +23,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context, Param
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from kafkalog.pipeline import lineage
 from kafkalog.pipeline.cycle import (
@@ -91,6 +91,13 @@ def run_dir(context: Mapping[str, Any]) -> Path:
     return run_dir_for(os.environ.get(STATE_DIR_ENV), log_dirs, context["dag"].dag_id, context["run_id"])
 
 
+def failed_tasks(context: Mapping[str, Any]) -> list[str]:
+    """The tasks of this run that failed (or could not run because an upstream task failed)."""
+    ti = context["ti"]
+    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id, {})
+    return sorted(task for task, state in states.items() if state in ("failed", "upstream_failed"))
+
+
 # --- lineage ---------------------------------------------------------------------------------------------
 class _LineageMixin:
     """Turns a step's ``topics`` into asset events and OpenLineage datasets."""
@@ -119,7 +126,12 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
                          python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
 
     def execute(self, context: Context) -> Any:
-        result = super().execute(context)
+        from kafkalog.errors import ConfigError, InvalidTopicError, LogDirError
+
+        try:
+            result = super().execute(context)
+        except (ConfigError, InvalidTopicError, LogDirError) as exc:  # bad input: a retry would fail the same way
+            raise AirflowFailException(str(exc)) from exc
         self.emit_topic_events(context, result if isinstance(result, Mapping) else None)
         return result
 

@@ -61,6 +61,7 @@ class LocalAirflow:
     plugins_folder: Path = REPO / "plugins"
     port: int = 0
     parallelism: int = 2
+    spark_master: str | None = "local[2]"  # AIRFLOW_CONN_SPARK_DEFAULT; None: the connection is managed in Airflow
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     extra_env: Mapping[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -97,10 +98,10 @@ class LocalAirflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": self._secret(),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-            "AIRFLOW_CONN_SPARK_DEFAULT": os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT",
-                                                         '{"conn_type": "spark", "host": "local[2]"}'),
             **self.extra_env,
         }
+        if self.spark_master is not None:
+            env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": self.spark_master}))
         env.setdefault("KAFKALOG_PIPELINE_DIR", str(self.home / "kafkalog-runs"))
         return env
 
@@ -312,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--airflow-home", default=".airflow", help="AIRFLOW_HOME (default: ./.airflow)")
     parser.add_argument("--port", type=int, default=8080, help="serve: the UI's port on 127.0.0.1")
     args = parser.parse_args(argv)
+    # SIGTERM stops the components as Ctrl-C does (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.command == "demo":
         return demo(Path(args.dir), Path(args.airflow_home))
     return serve(Path(args.dir), Path(args.airflow_home), args.port)

@@ -302,16 +302,17 @@ def delete_marked(run_dir: Path | str) -> Doc:
     swept = plans.sweep(store, locations, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run)
     dirs = delete_marked_dirs(store, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run,
                               topics=None if settings.topics is None else frozenset(settings.topics))
-    changes: dict[str, Doc] = {}
+    # Not "topics": deleting files no reader sees any more changes no topic's data, so it is no asset event.
+    freed: dict[str, Doc] = {}
     for p in swept["partitions"]:
         if p["deleted_files"]:
-            topic = changes.setdefault(p["topic"], {"files_deleted": 0, "bytes_freed": 0})
+            topic = freed.setdefault(p["topic"], {"files_deleted": 0, "bytes_freed": 0})
             topic["files_deleted"] += len(p["deleted_files"])
             topic["bytes_freed"] += p["deleted_bytes"]
     due = [d for d in (swept["next_due_ms"], dirs.next_due_ms) if d is not None]
     doc = {**{k: v for k, v in swept.items() if k != "partitions"}, "next_due_ms": min(due) if due else None,
            "deleted_dirs": dirs.deleted_dirs, "deleted_dir_bytes": dirs.deleted_bytes,
-           "waiting_dirs": dirs.waiting_dirs, "topics": changes,
+           "waiting_dirs": dirs.waiting_dirs, "freed": freed,
            "errors": swept["errors"] + [{"topic": None, "partition": None, "error": r} for r in dirs.refused]}
     _save(run_dir, "delete_marked", doc)
     return {**doc, "errors": len(doc["errors"]), "deleted_dirs": len(dirs.deleted_dirs)}

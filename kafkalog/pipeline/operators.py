@@ -180,6 +180,7 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "selection")
 
     def __init__(self, *, selection: Any, conn_id: str = SPARK_CONN_ID, **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
         super().__init__(application="", conn_id=conn_id, name="kafkalog-compact", **kwargs)
         self.selection = selection
 

@@ -136,11 +136,16 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
         return result
 
 
-def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> TaskDecorator:
-    """``@task`` for pipeline steps: declares the topics alias as outlet and emits the lineage."""
+def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
+    """``@task`` for pipeline steps: declares the topics alias as outlet, emits the lineage, and shows
+    the function's docstring as the task's doc (mapped tasks included)."""
     kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
-    return task_decorator_factory(python_callable=python_callable, decorated_operator_class=_MaintenanceTaskOperator,
-                                  **kwargs)
+
+    def decorate(function: Callable[..., Any]) -> TaskDecorator:
+        return task_decorator_factory(python_callable=function, decorated_operator_class=_MaintenanceTaskOperator,
+                                      **{"doc_md": function.__doc__, **kwargs})
+
+    return decorate(python_callable) if python_callable is not None else decorate
 
 
 # --- the file-delete wait --------------------------------------------------------------------------------

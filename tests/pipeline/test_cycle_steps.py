@@ -1,0 +1,149 @@
+"""The pipeline API without Airflow: each step of a cycle on a real store, the plan documents, shards."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tree_digest
+from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
+
+from kafkalog.pipeline import cycle, plans
+from kafkalog.pipeline.cycle import CycleSettings, PartitionInventory, split_into_shards
+
+
+def _settings(log_dir: Path, now_ms: int, **kwargs: object) -> CycleSettings:
+    return CycleSettings(run_id="test/run", now_ms=now_ms, log_dirs=(str(log_dir),), **kwargs)  # type: ignore[arg-type]
+
+
+def test_shards_balance_bytes_and_respect_their_bounds() -> None:
+    sizes = [900, 800, 700, 100, 100, 100, 50, 50, 10, 0]
+    inventory = [PartitionInventory("t", i, "/d", size, False) for i, size in enumerate(sizes)]
+    shards = split_into_shards(inventory, shard_bytes=1000, shard_partitions=100, max_shards=8)
+    assert len(shards) == 3  # ceil(2810 / 1000)
+    assert sorted(p.partition for s in shards for p in s) == list(range(10))  # each partition once
+    loads = sorted(sum(p.size_bytes for p in s) for s in shards)
+    assert loads == [910, 950, 950]  # biggest first into the lightest shard
+    assert all(s == sorted(s, key=lambda p: p.partition) for s in shards)
+    assert len(split_into_shards(inventory, shard_bytes=1, shard_partitions=100, max_shards=4)) == 4
+    assert len(split_into_shards(inventory, shard_bytes=10**9, shard_partitions=3, max_shards=8)) == 4
+    assert split_into_shards([], shard_bytes=1, shard_partitions=1, max_shards=1) == []
+
+
+def test_a_cycle_step_by_step(tmp_path: Path) -> None:
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir, run_dir = tmp_path / "logs", tmp_path / "run"
+    build_store(log_dir, now_ms, file_delete_delay_ms=0)
+    scan = cycle.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=2)
+    assert (scan["partitions"], len(scan["shards"])) == (5, 3)
+    assert scan["now_ms"] == now_ms and scan["errors"] == []
+
+    planned = [cycle.plan_retention_shard(run_dir, s["path"]) for s in scan["shards"]]
+    cli_plan = json.loads(run_cli("retention", "plan", "--log-dir", str(log_dir), "--now-ms", str(now_ms),
+                                  "--json").out)
+    assert sum(p["segments"] for p in planned) == sum(len(p["segments"]) for p in cli_plan["partitions"]) == 12
+    assert {t for p in planned for t in p["topics_read"]} == {EVENTS, CHANGELOG, SESSIONS}
+
+    marks = [cycle.mark_shard(run_dir, p["plan"]) for p in planned]
+    changed = {t: c for m in marks for t, c in m["topics"].items()}
+    assert changed[EVENTS]["segments_deleted"] == 10 and changed[EVENTS]["log_start_offsets"] == {"0": 100, "1": 100}
+    assert changed[SESSIONS]["log_start_offsets"] == {"0": 240} and CHANGELOG not in changed
+    deadline = cycle.file_delete_deadline_ms(run_dir)
+    assert deadline is not None and deadline == max(m["newest_mark_ms"] for m in marks if m["newest_mark_ms"])
+
+    deleted = cycle.delete_marked(run_dir)
+    assert deleted["deleted_files"] > 0 and deleted["waiting_files"] == 0
+    assert not list(log_dir.rglob("*.deleted"))
+    selected = cycle.select_logs_to_clean(run_dir)
+    assert selected["selected"] == 3 and selected["topics_read"] == [CHANGELOG, SESSIONS]
+    plan = plans.read_compaction_plan(selected["plan"])
+    assert plan["selected"][0]["log_dir"] == str(log_dir.resolve())
+    assert {(s["topic"], s["partition"]) for s in plan["selected"]} == {(CHANGELOG, 0), (CHANGELOG, 1), (SESSIONS, 0)}
+    summary = cycle.summarize(run_dir)
+    assert summary["retention"]["segments_marked"] == 12 and summary["failed"] == []
+    assert summary["compaction"]["selected"] == [f"{s['topic']}-{s['partition']}" for s in plan["selected"]]
+    lines = cycle.format_report(summary)
+    assert lines[1].startswith("retention: marked 12 segments")
+
+
+def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_path: Path) -> None:
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir = tmp_path / "logs"
+    build_store(log_dir, now_ms)
+    before = tree_digest(log_dir)
+    dry = tmp_path / "dry"
+    scan = cycle.scan_partitions(dry, _settings(log_dir, now_ms, dry_run=True))
+    plan = cycle.plan_retention_shard(dry, scan["shards"][0]["path"])
+    mark = cycle.mark_shard(dry, plan["plan"])
+    assert mark["segments"] == 12 and mark["newest_mark_ms"] is None
+    cycle.delete_marked(dry)
+    cycle.select_logs_to_clean(dry)
+    assert tree_digest(log_dir) == before
+
+    real = tmp_path / "real"
+    scan = cycle.scan_partitions(real, _settings(log_dir, now_ms))
+    plan = cycle.plan_retention_shard(real, scan["shards"][0]["path"])
+    assert cycle.mark_shard(real, plan["plan"])["segments"] == 12
+    after = tree_digest(log_dir)
+    again = cycle.mark_shard(real, plan["plan"])  # Airflow's retry of the same task
+    assert again["segments"] == 0 and again["errors"] == 0
+    assert {k: v for k, v in tree_digest(log_dir).items() if "journal" not in k} == \
+        {k: v for k, v in after.items() if "journal" not in k}
+
+
+def test_a_reviewed_plan_is_applied_and_never_more(tmp_path: Path) -> None:
+    """`retention apply --plan` enforces the plan someone reviewed: what expired since is left for later."""
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir = tmp_path / "logs"
+    build_store(log_dir, now_ms - 3_600_000)  # an hour older: one more events segment expires by now_ms
+    early = now_ms - 3_600_000
+    reviewed = run_cli("retention", "plan", "--log-dir", str(log_dir), "--now-ms", str(early), "--json")
+    (tmp_path / "plan.json").write_text(reviewed.out)
+    later = json.loads(run_cli("retention", "plan", "--log-dir", str(log_dir), "--now-ms", str(now_ms), "--json").out)
+    reviewed_doc = json.loads(reviewed.out)
+    assert sum(len(p["segments"]) for p in later["partitions"]) > sum(len(p["segments"])
+                                                                     for p in reviewed_doc["partitions"])
+    applied = run_cli("retention", "apply", "--log-dir", str(log_dir), "--plan", str(tmp_path / "plan.json"), "--json")
+    assert applied.code == 0, applied.err
+    done = {(a["topic"], a["partition"]): a["segments"] for a in json.loads(applied.out)["applied"]}
+    assert done == {(p["topic"], p["partition"]): [s["base_offset"] for s in p["segments"]]
+                    for p in reviewed_doc["partitions"] if p["segments"]}
+    refused = run_cli("retention", "apply", "--log-dir", str(log_dir), "--plan", str(tmp_path / "plan.json"),
+                      "--now-ms", str(now_ms))
+    assert refused.code == 1 and "--plan carries its own clock" in refused.err
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "kafkalog-compaction-plan", "version": 1}))
+    bad = run_cli("retention", "apply", "--log-dir", str(log_dir), "--plan", str(tmp_path / "bad.json"))
+    assert bad.code == 1 and "not a kafkalog-retention-plan version 1" in bad.err
+
+
+def test_compaction_plan_files_are_checked(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    good = {"version": 1, "kind": "kafkalog-compaction-plan", "now_ms": 5, "selected": [
+        {"topic": "t", "partition": 0, "first_dirty_offset": 0, "first_uncleanable_offset": 10}],
+        "checkpoint_resets": [{"topic": "t", "partition": 1, "offset": 3}]}
+    path.write_text(json.dumps(good))
+    assert plans.read_compaction_plan(path)["selected"][0]["topic"] == "t"
+    for broken, message in [
+        ({**good, "version": 2}, "not a kafkalog-compaction-plan version 1"),
+        ({**good, "selected": good["selected"] * 2}, "t-0 is selected twice"),
+        ({**good, "selected": [{**good["selected"][0], "first_uncleanable_offset": -1}]}, "not a valid range"),
+        ({**good, "checkpoint_resets": [{"topic": "t"}]}, "checkpoint_resets[0]"),
+        ({**good, "now_ms": "soon"}, "needs an integer now_ms"),
+    ]:
+        path.write_text(json.dumps(broken))
+        with pytest.raises(plans.PlanError, match=message.replace("[", r"\[")):
+            plans.read_compaction_plan(path)
+
+
+def test_sweep_by_topic_and_the_cli_compact_refusal(tmp_path: Path) -> None:
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir = tmp_path / "logs"
+    build_store(log_dir, now_ms, file_delete_delay_ms=0)
+    assert run_cli("retention", "apply", "--log-dir", str(log_dir), "--now-ms", str(now_ms)).code == 0
+    swept = json.loads(run_cli("retention", "sweep", "--log-dir", str(log_dir), "--topic", SESSIONS, "--json").out)
+    assert {p["topic"] for p in swept["partitions"]} == {SESSIONS} and swept["deleted_files"] > 0
+    assert list((log_dir / f"{EVENTS}-0").glob("*.deleted")) and not list((log_dir / f"{SESSIONS}-0").glob("*.deleted"))
+    refused = run_cli("compact", "--log-dir", str(log_dir), "--topic", EVENTS)
+    assert refused.code == 1 and "cleanup.policy=delete: only a compacted topic" in refused.err

@@ -6,6 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYSPARK_VERSION := 4.3.0
+DEMO_DIR ?= demo-logs
+AIRFLOW_DIR ?= .airflow
+AIRFLOW_PORT ?= 8080
 
 .PHONY: install demo airflow test bench lint clean
 
@@ -23,12 +26,12 @@ install: $(STAMP)
 # The demo store, then one whole kafkalog_cleanup cycle run by Airflow (SQLite, LocalExecutor, Spark
 # local[2]) on it, with the cycle's report printed.
 demo: install
-	$(PY) -m kafkalog.pipeline.airflow_local demo --dir demo-logs --airflow-home .airflow
+	$(PY) -m kafkalog.pipeline.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
 
 # The Airflow UI on http://127.0.0.1:8080 (the login is printed) with the demo store under maintenance
 # (or $$KAFKALOG_LOG_DIRS). Ctrl-C stops every component.
 airflow: install
-	$(PY) -m kafkalog.pipeline.airflow_local serve --dir demo-logs --airflow-home .airflow --port 8080
+	$(PY) -m kafkalog.pipeline.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
 
 test: install
 	$(PY) -m pytest

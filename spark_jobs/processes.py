@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
@@ -94,3 +99,53 @@ def listening_addresses(roots: Sequence[int]) -> set[str]:
             mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
             found.add(str(mapped or ip))
     return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def standalone_cluster(env: Mapping[str, str], workdir: Path, workers: int = 2,
+                       timeout_s: float = 90) -> Iterator[tuple[str, list[int]]]:
+    """A Spark standalone master and ``workers`` one-core workers on 127.0.0.1, each in its own session;
+    yields (master URL, their pids) once every worker is ALIVE, and kills them all after."""
+    port, webui = free_port(), free_port()
+    env = dict(env, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")  # no REST port 6066
+    workdir.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def launch(name: str, *args: str) -> None:
+        with open(workdir / f"{name}.out", "wb") as log:
+            procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log,
+                                          stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True))
+
+    url = f"spark://127.0.0.1:{port}"
+    try:
+        launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+               "--webui-port", str(webui))
+        for i in range(workers):
+            launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+                   "--memory", "2g", "--webui-port", str(free_port()), "--work-dir", str(workdir / f"work{i}"), url)
+        deadline = time.monotonic() + timeout_s
+        alive = 0
+        while alive < workers:
+            for p, name in zip(procs, ["master", *[f"worker{i}" for i in range(workers)]], strict=True):
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {p.returncode}:\n"
+                                       f"{(workdir / f'{name}.out').read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {alive} of {workers} workers ALIVE after {timeout_s:.0f} s")
+            time.sleep(0.25)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as response:
+                    state = json.load(response)
+            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
+                continue
+            alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+        yield url, [p.pid for p in procs]
+    finally:
+        for p in reversed(procs):
+            kill_tree(p)

@@ -9,6 +9,7 @@ mapped shards, the deferred wall-clock wait, the Spark job on ``local[2]`` throu
   the same bytes as ``kafkalog compact --topic T --partition P``, and refuses a topic that is not
   compacted.
 - A dry run changes nothing and says what a real run would do.
+- The Spark job runs on a standalone cluster when the ``spark_default`` connection names its master.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from helpers import airflow_env, dag_test, live_files, migrate, require_spark, r
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.pipeline.plans import read_json
+from spark_jobs.processes import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DELAY_MS = 2000
@@ -136,3 +138,23 @@ def test_a_dry_run_changes_nothing_and_says_what_a_run_would_do(env: dict[str, s
     assert tree_digest(log_dir) == before
     assert f"retention: would mark {segments} segments" in run.output
     assert "compaction: selected changelog-0, changelog-1, sessions-0; cleaned -" in run.output
+
+
+def test_compact_runs_on_the_standalone_cluster_spark_default_names(env: dict[str, str], tmp_path: Path) -> None:
+    """The same cycle's compaction, on a master and two workers: the connection alone says where."""
+    now_ms, wall_ms = _clocks()
+    on_cluster, single = tmp_path / "cluster-store", tmp_path / "single"
+    build_store(on_cluster, now_ms)
+    shutil.copytree(on_cluster, single)
+    with standalone_cluster(env, tmp_path / "cluster") as (url, _pids):
+        host, port = url.removeprefix("spark://").split(":")
+        cluster_env = {**env, "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(
+            {"conn_type": "spark", "host": f"spark://{host}", "port": int(port)})}
+        run = dag_test(cluster_env, "kafkalog_compact", now_ms, {"log_dirs": [str(on_cluster)], "topic": CHANGELOG,
+                                                                 "wall_now_ms": wall_ms})
+    assert run.state == "success", run.explain()
+    report = read_json(run_dir(env, "kafkalog_compact", run.run_id) / "compaction-report.json")
+    assert report["spark"]["master"] == url and len(report["spark"]["executors_seen"]) == 2
+    assert run_cli("compact", "--log-dir", str(single), "--topic", CHANGELOG, "--now-ms", str(now_ms),
+                   "--wall-now-ms", str(wall_ms)).code == 0
+    assert live_files(on_cluster) == live_files(single)

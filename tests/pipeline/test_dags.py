@@ -22,10 +22,12 @@ out = {"errors": {k: v[-500:] for k, v in bag.import_errors.items()}, "heavy": h
 for dag_id, dag in bag.dags.items():
     tasks = {}
     for t in dag.tasks:
-        tasks[t.task_id] = {"upstream": sorted(t.upstream_task_ids), "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
-                            "retries": t.retries, "backoff": t.retry_exponential_backoff, "doc": bool(t.doc_md),
+        tasks[t.task_id] = {"upstream": sorted(t.upstream_task_ids),
+                            "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule), "retries": t.retries,
+                            "backoff": t.retry_exponential_backoff, "doc": bool(t.doc_md),
                             "owner": t.owner, "timeout": None if t.execution_timeout is None else
-                            t.execution_timeout.total_seconds(), "mapped": bool(getattr(t, "is_mapped", False)) or "Mapped" in type(t).__name__}
+                            t.execution_timeout.total_seconds(),
+                            "mapped": bool(getattr(t, "is_mapped", False)) or "Mapped" in type(t).__name__}
     refused = {}
     for name, value in json.loads(sys.argv[2]).items():
         params = ParamsDict(dag.params)

@@ -28,9 +28,8 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
 from kafkalog.pipeline.spark import LEAN_JVM_OPTIONS
-from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
+from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
 
 pytestmark = pytest.mark.spark
 
@@ -142,45 +141,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextmanager
-def _standalone_cluster(spark: Spark, workdir: Path, workers: int = 2) -> Iterator[tuple[str, list[int]]]:
+def _standalone_cluster(spark: Spark, workdir: Path,
+                        workers: int = 2) -> AbstractContextManager[tuple[str, list[int]]]:
     """A master and ``workers`` one-core workers on 127.0.0.1; yields (master URL, their pids)."""
-    port, webui = _free_port(), _free_port()
-    env = dict(spark.env, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")  # no REST port 6066
-    workdir.mkdir()
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def launch(name: str, *args: str) -> None:
-        with open(workdir / f"{name}.out", "wb") as log:
-            procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True))
-
-    url = f"spark://127.0.0.1:{port}"
-    try:
-        launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-               "--webui-port", str(webui))
-        for i in range(workers):
-            launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-                   "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(workdir / f"work{i}"), url)
-        deadline = time.monotonic() + 90
-        alive = 0
-        while alive < workers:
-            for p, name in zip(procs, ["master", *[f"worker{i}" for i in range(workers)]], strict=True):
-                if p.poll() is not None:
-                    pytest.fail(f"{name} exited with {p.returncode}:\n{(workdir / f'{name}.out').read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"only {alive} of {workers} workers ALIVE after 90 s")
-            time.sleep(0.25)
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as response:
-                    state = json.load(response)
-            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
-                continue
-            alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
-        yield url, [p.pid for p in procs]
-    finally:
-        for p in reversed(procs):
-            kill_tree(p)
+    return standalone_cluster(spark.env, workdir, workers)
 
 
 # --- logs ---------------------------------------------------------------------------------------------

@@ -470,7 +470,7 @@ class CleanStage:
     submitted right behind the executor probe's job (``PROBE_GROUP``): Spark's FIFO scheduler gives the
     probe's tasks the cores first, and the cleaning tasks take them as the probe's end, while the
     driver checks the probe's answers; they wait for plans in the run dir. So Spark's launch of the
-    stage (~0.1 s here) overlaps the probe instead of opening the clean phase. If the job stops before
+    stage overlaps the probe instead of opening the clean phase. If the job stops before
     the rounds are planned, ``call_off`` tells the waiting tasks that there are none."""
 
     def __init__(self, sc: Any, worker: dict[str, Any], tasks: int, run_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Airflow on this machine for the pipeline: ``make demo``, ``make airflow``, the tests and the benchmark.
+"""Airflow on one machine for the pipeline: ``make demo``, ``make airflow``, the tests and the benchmark.
 
 Starts the Airflow 3 components the way a deployment runs them, each a process of its own in its own
 process group, everything on 127.0.0.1: ``api-server`` (the UI, the REST API and the execution API the
@@ -307,7 +307,7 @@ def serve(directory: Path, home: Path, port: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafkalog.pipeline.airflow_local",
-                                     description="Airflow on this machine for the kafkalog pipeline.")
+                                     description="Airflow on one machine for the kafkalog pipeline.")
     parser.add_argument("command", choices=["demo", "serve"])
     parser.add_argument("--dir", default="demo-logs", help="the demo log dir (rewritten)")
     parser.add_argument("--airflow-home", default=".airflow", help="AIRFLOW_HOME (default: ./.airflow)")

@@ -473,7 +473,8 @@ def test_bad_input_is_refused_before_spark_starts(tmp_path: Path, case: str) -> 
     elif case == "wall-before-now":
         args += ["--wall-now-ms", str(now_ms - 1)]
     elif case == "bad-plan":
-        (tmp_path / "plan.json").write_text(json.dumps({"now_ms": now_ms, "selected": [{"topic": TOPIC}]}))
+        (tmp_path / "plan.json").write_text(json.dumps({"version": 1, "kind": "kafkalog-compaction-plan",
+                                                        "now_ms": now_ms, "selected": [{"topic": TOPIC}]}))
         args = [*args[:2], "--plan", str(tmp_path / "plan.json"), *args[4:]]
     else:
         args += ["--partition", "0"]

@@ -128,8 +128,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
         raise ConfigError(f"--batch-records {args.batch_records}: must be at least 1")
     now_ms = int(time.time() * 1000)
     timestamp = now_ms if args.timestamp_ms is None else args.timestamp_ms
-    if timestamp < 0:
-        raise KafkaLogError(f"--timestamp-ms {timestamp}: timestamps must not be negative")
+    if not 0 <= timestamp < 1 << 63:
+        raise KafkaLogError(f"--timestamp-ms {timestamp}: must be between 0 and {(1 << 63) - 1} (a Kafka timestamp "
+                            "is a signed 64-bit count of milliseconds)")
+    if args.key_separator == "":
+        raise KafkaLogError("--key-separator must not be empty (leave it out to write the whole line as the value)")
     config = store.log_config(args.topic)
     earliest = now_ms - config.message_timestamp_before_max_ms
     latest = now_ms + config.message_timestamp_after_max_ms
@@ -138,7 +141,14 @@ def cmd_produce(args: argparse.Namespace) -> int:
                             "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
     codec = CompressionType.from_name(args.compression) if args.compression else None
     by_partition: dict[int, list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]]] = {}
-    for line in sys.stdin.buffer.read().decode("utf-8").splitlines():
+    raw = sys.stdin.buffer.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_number = raw.count(b"\n", 0, exc.start) + 1
+        raise KafkaLogError(f"stdin line {line_number}: invalid UTF-8 at byte {exc.start} ({exc.reason}); "
+                            "nothing was produced") from None
+    for line in text.splitlines():
         key: bytes | None = None
         value_text = line
         if args.key_separator is not None:
@@ -167,6 +177,10 @@ def _text(blob: bytes | None) -> str:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    if args.max_records is not None and args.max_records < 0:
+        raise KafkaLogError(f"--max-records {args.max_records}: must not be negative")
+    if args.max_records == 0:
+        return 0
     store = _store(args)
     location = store.locate(args.topic, args.partition)
     log = store.open_log(location, read_only=True)
@@ -218,23 +232,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_recover(args: argparse.Namespace) -> int:
     store = _store(args)
     results: list[dict[str, Any]] = []
-    for location in store.partitions():
-        with store.writable_log(location, truncate_corrupt=True) as log:
-            report = log.load_report
-            results.append({"topic": location.topic_partition.topic,
-                            "partition": location.topic_partition.partition,
-                            "recovered_segments": list(report.recovered_segments),
-                            "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
-                            "log_end_offset": log.log_end_offset})
+    failures: list[str] = []
+    for location in store.partitions():  # one partition's problem does not stop the others' recovery
+        tp = location.topic_partition
+        try:
+            with store.writable_log(location, truncate_corrupt=True) as log:
+                report = log.load_report
+                results.append({"topic": tp.topic, "partition": tp.partition,
+                                "recovered_segments": list(report.recovered_segments),
+                                "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
+                                "log_end_offset": log.log_end_offset})
+        except (KafkaLogError, OSError) as exc:
+            failures.append(f"{tp}: {exc}")
+            results.append({"topic": tp.topic, "partition": tp.partition, "error": str(exc)})
     if args.json:
-        _emit_json({"partitions": results}, sys.stdout)
+        _emit_json({"partitions": results, "errors": failures}, sys.stdout)
     else:
         for r in results:
-            if r["actions"] or r["truncated_bytes"]:
+            if r.get("actions") or r.get("truncated_bytes"):
                 print(f"{r['topic']}-{r['partition']}: " + "; ".join(r["actions"]))
-        acted = sum(1 for r in results if r["actions"] or r["truncated_bytes"])
-        print(f"Recovered {len(results)} partitions ({acted} needed repair).")
-    return 0
+        acted = sum(1 for r in results if r.get("actions") or r.get("truncated_bytes"))
+        failed = f" {len(failures)} could not be recovered." if failures else ""
+        print(f"Recovered {len(results) - len(failures)} partitions ({acted} needed repair).{failed}")
+        for failure in failures:
+            print(f"kafkalog: error: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 # --- retention, journal, status -----------------------------------------------------------------
@@ -519,6 +541,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a read-only or full file system, a permission: one line naming the file
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"kafkalog: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -237,6 +237,13 @@ class OffsetIndex(_Index):
                 f"corrupt index found, index file ({self.path}) has non-zero size but the last offset "
                 f"is {self.last_offset} which is less than the base offset {self.base_offset}"
             )
+        # Beyond Kafka's check: entries must go up in offset and position, from position 0 on, or a
+        # lookup lands in the wrong place (a reader would start at the wrong offset).
+        offsets = self._entries["relative_offset"].astype(np.int64)
+        positions = self._entries["position"].astype(np.int64)
+        if len(positions) and (positions[0] < 0 or (np.diff(offsets) <= 0).any() or (np.diff(positions) <= 0).any()):
+            raise CorruptIndexError(f"index file {self.path} is corrupt: its entries do not increase in offset "
+                                    "and position from position 0")
 
 
 class TimeIndex(_Index):

@@ -11,7 +11,9 @@ For this store the high watermark is the durable log end: everything appended an
 
 from __future__ import annotations
 
+import os
 import random
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -87,9 +89,14 @@ class LocalLog:
         topic_partition = names.parse_partition_dir_name(directory.name)
         if topic_partition is None:
             raise KafkaLogError(f"{directory}: not a partition directory (expected <topic>-<partition>)")
-        for path in directory.iterdir():
-            if path.is_file():
-                names.check_partition_file(path)
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    continue  # a writer's temp file, renamed away since the listing
+                if not stat.S_ISDIR(mode):
+                    names.check_partition_file(Path(entry.path), mode)
         settings = SegmentSettings(config.index_interval_bytes, config.segment_index_bytes)
         notes: list[str] = []
         plan = plan_temp_files(directory)
@@ -140,6 +147,11 @@ class LocalLog:
             log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
         elif segments:
             log.log_start_offset = max(log_start_offset, segments[0].base_offset)
+        if log_start_offset > log.log_end_offset:
+            # Records appended now would sit below the log start offset, where no reader looks.
+            raise KafkaLogError(f"{directory}: the log start offset checkpoint says {log_start_offset} but the log "
+                                f"ends at {log.log_end_offset}; correct or remove its entry in "
+                                f"{names.LOG_START_OFFSET_CHECKPOINT} before using this partition")
         return log
 
     def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],
@@ -447,8 +459,12 @@ class LocalLog:
 
 
 def _indexes_sane(segment: LogSegment) -> bool:
-    """Kafka's load-time check plus one it lacks: no index entry may point past the log's data."""
+    """Kafka's load-time check (a missing or corrupt index means the segment is recovered, its indexes
+    rebuilt from the log) plus what it lacks: a non-empty segment must have a time index (without one
+    retention would judge it by its mtime), and no index entry may point past the log's data."""
     if not segment.offset_index.path.exists():
+        return False
+    if not segment.time_index.path.exists() and segment.size > 0:
         return False
     try:
         segment.offset_index.sanity_check()
@@ -456,6 +472,8 @@ def _indexes_sane(segment: LogSegment) -> bool:
         segment.txn_index.sanity_check()
     except KafkaLogError:
         return False
+    if len(segment.offset_index) and segment.offset_index.entry(len(segment.offset_index) - 1)[1] >= segment.size:
+        return False  # an entry points past the data: a lookup would start a reader past records
     next_offset = segment.read_next_offset()
     _, last_time_offset = segment.time_index.last_entry()
     return (segment.offset_index.last_offset <= max(segment.base_offset, next_offset)
@@ -463,9 +481,8 @@ def _indexes_sane(segment: LogSegment) -> bool:
 
 
 def _in_memory_rebuild(segment: LogSegment) -> LogSegment:
-    """A read-only stand-in: an empty offset index is always correct (lookups scan from 0)."""
-    segment.offset_index.forget_entries()
-    segment.time_index.forget_entries()
+    """A read-only stand-in for the rebuild a writing open does on disk."""
+    segment.rebuild_in_memory()
     return segment
 
 

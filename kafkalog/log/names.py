@@ -9,6 +9,7 @@ and ``partition.metadata``. Suffixes ``.deleted``, ``.cleaned`` and ``.swap`` ma
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ CLEANER_LOCK_FILE = ".kafkalog-cleaner.lock"  # held while a cleaner has .cleane
 PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM_STATE, PARTITION_LOCK_FILE,
                              CLEANER_LOCK_FILE})
 
-_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9]\d{0,9})$")  # Kafka's own spelling only
 _SEGMENT_FILE = re.compile(r"^(?P<offset>\d{20})(?P<suffix>\.[a-z]+)(?P<state>\.(?:deleted|cleaned|swap))?$")
 _KRAFT_SNAPSHOT = re.compile(r"^\d{20}-\d{10}\.checkpoint(?:\.part|\.deleted)?$")
 
@@ -121,12 +122,18 @@ def is_known_partition_file(name: str) -> bool:
     return False
 
 
-def check_partition_file(path: Path) -> None:
+def check_partition_file(path: Path, mode: int | None = None) -> None:
+    """Refuse a name Kafka's layout has no place for, and (given its ``lstat`` mode) anything but a
+    regular file: kafkalog never reads or writes through a symlink, a FIFO or a device."""
     if not is_known_partition_file(path.name):
         raise UnknownFileError(
             f"{path}: unknown file in a partition directory (Kafka's layout has no such name); "
             "move it out of the log dir"
         )
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a symlink" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise UnknownFileError(f"{path}: {kind}; kafkalog reads and writes only regular files in a partition "
+                               "directory (replace it with the file itself)")
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -254,6 +254,25 @@ class LogSegment:
         self.rebuild_indexes(batches.position, batches.last_offset, batches.max_timestamp, valid_bytes)
         return truncated
 
+    def rebuild_in_memory(self) -> None:
+        """What :meth:`recover` would rebuild, for a read-only view that may not write: the max
+        timestamp and the aborted transactions from the log; the offset and time index entries are
+        dropped (an empty offset index is always correct: lookups scan from the segment's start)."""
+        data = self.read_bytes()
+        batches = scan_batches(data, 0, _framed_prefix(data))
+        state, aborted = ProducerState(), []
+        for i in np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist():
+            txn = state.update(summarize_batch(data, batches, i))
+            if txn is not None:
+                aborted.append(txn)
+        self.txn_index.use_in_memory(aborted)
+        self.offset_index.forget_entries()
+        self.time_index.forget_entries()
+        if len(batches):
+            best = int(np.argmax(batches.max_timestamp))
+            self.max_timestamp_so_far = int(batches.max_timestamp[best])
+            self.offset_of_max_timestamp_so_far = int(batches.last_offset[best])
+
     def rebuild_indexes(self, positions: npt.NDArray[np.int64], last_offsets: npt.NDArray[np.int64],
                         max_timestamps: npt.NDArray[np.int64], size: int) -> None:
         """Write the offset and time indexes of a ``.log`` of ``size`` bytes whose batches start at

@@ -7,13 +7,14 @@ tail of the active segment for the log end offset. No segment data is decoded.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as stat_module
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkalog.errors import KafkaLogError
+from kafkalog.errors import KafkaLogError, UnknownFileError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import LogConfig
 from kafkalog.log.index import TimeIndex
@@ -22,6 +23,7 @@ from kafkalog.log.segment import LogSegment
 _TIME_ENTRY = struct.Struct(">qi")
 _INDEX_ENTRY = struct.Struct(">ii")
 _ENVELOPE = struct.Struct(">qi")
+MAX_LONG = (1 << 63) - 1
 NOT_READ = -2  # max_timestamp_ms of a segment whose time index the snapshot did not need to read
 
 
@@ -125,33 +127,46 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
             prefixes.append(name[:20])
         elif name.endswith(names.DELETED_SUFFIX) and names.parse_segment_file_name(name) is not None:
             deleted.append(name)
+    key = (topic, partition)
+    pending_delete = sum(_regular_file_size(dir_fd, n) for n in deleted)
     if not prefixes:
-        raise KafkaLogError(f"{directory}: no segment (.log file) found")
+        # Kafka's loader deletes index files without a .log and, finding no segment, creates an empty
+        # active one at the checkpointed log start offset: the log is empty there.
+        start = checkpoints.log_start_offsets.get(key, 0)
+        mtime = os.stat(dir_fd).st_mtime_ns // 1_000_000
+        return LogSnapshot(topic, partition, log_dir, config, (SegmentSnapshot(start, start, 0, -1, mtime),),
+                           start, start, start, pending_delete)
     prefixes.sort()  # same width, so text order is offset order
     bases = [int(p) for p in prefixes]
-    key = (topic, partition)
     log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), bases[0])
-    pending_delete = sum(_regular_file_size(dir_fd, n) for n in deleted)
-    last_stat = os.stat(prefixes[-1] + names.LOG_SUFFIX, dir_fd=dir_fd)
+    last_stat = _regular_stat(dir_fd, directory, prefixes[-1] + names.LOG_SUFFIX)
     log_end_offset = _next_offset(dir_fd, directory, prefixes[-1], bases[-1], last_stat.st_size)
     full = now_ms is None
     time_cutoff = None
     if not full and config.delete and config.retention_ms >= 0:
         time_cutoff = now_ms - config.retention_ms  # type: ignore[operator]
-    all_sizes = full or (config.delete and config.retention_bytes >= 0)
+    bytes_pass = config.delete and config.retention_bytes >= 0
+    all_sizes = full or bytes_pass
+    # The retention.ms pass starts wherever the log-start-offset and retention.bytes passes stopped and
+    # walks until the first unexpired segment. Where the bytes pass may stop is the planner's business,
+    # so with retention.bytes set every time index is read; otherwise the walk stops at the first
+    # unexpired segment past the log start offset.
+    all_times = full or (time_cutoff is not None and bytes_pass)
     segments = []
-    walking = full or time_cutoff is not None
+    walking = all_times or time_cutoff is not None
     count = len(bases)
     for i, base in enumerate(bases):
         last = i + 1 == count
         next_offset = log_end_offset if last else bases[i + 1]
         size = mtime = max_ts = NOT_READ
-        if all_sizes or walking or last or next_offset <= log_start_offset:
-            stat = last_stat if last else os.stat(prefixes[i] + names.LOG_SUFFIX, dir_fd=dir_fd)
+        below_start = next_offset <= log_start_offset
+        if all_sizes or walking or last or below_start:
+            stat = last_stat if last else _regular_stat(dir_fd, directory, prefixes[i] + names.LOG_SUFFIX)
             size, mtime = stat.st_size, stat.st_mtime_ns // 1_000_000
         if walking:
-            max_ts = _last_time_index_timestamp(dir_fd, directory, prefixes[i], base)
-            walking = full or (max_ts if max_ts >= 0 else mtime) < time_cutoff  # type: ignore[operator]
+            max_ts = _largest_timestamp(dir_fd, directory, prefixes[i], base, size)
+            expired = (max_ts if max_ts >= 0 else mtime) < time_cutoff if time_cutoff is not None else False
+            walking = all_times or below_start or expired
         segments.append(SegmentSnapshot(base, next_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
     high_watermark = max(log_start_offset,
@@ -160,15 +175,40 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
                        high_watermark, pending_delete)
 
 
+def _regular_stat(dir_fd: int, directory: str, name: str) -> os.stat_result:
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat_module.S_ISREG(info.st_mode):
+        raise UnknownFileError(f"{directory}/{name}: not a regular file (a symlink, FIFO or device); kafkalog "
+                               "reads and writes only regular files in a partition directory")
+    return info
+
+
 def _regular_file_size(dir_fd: int, name: str) -> int:
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     return info.st_size if stat_module.S_ISREG(info.st_mode) else 0
 
 
-def _read_tail(dir_fd: int, name: str, entry_size: int) -> tuple[bytes, int]:
+def _open_regular(dir_fd: int, directory: str, name: str) -> int:
+    """Open a file of the partition for reading; a symlink, FIFO or device is refused, never followed
+    or waited on (``O_NONBLOCK`` keeps a FIFO from blocking the open)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnknownFileError(f"{directory}/{name}: a symlink; kafkalog reads and writes only regular files "
+                                   "in a partition directory (replace it with the file itself)") from None
+        raise
+    if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnknownFileError(f"{directory}/{name}: not a regular file (a FIFO or device?); kafkalog reads and "
+                               "writes only regular files in a partition directory")
+    return fd
+
+
+def _read_tail(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple[bytes, int]:
     """The last whole ``entry_size`` bytes of a file (b"" if none) and the file's length."""
     try:
-        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+        fd = _open_regular(dir_fd, directory, name)
     except FileNotFoundError:
         return b"", 0
     try:
@@ -179,24 +219,42 @@ def _read_tail(dir_fd: int, name: str, entry_size: int) -> tuple[bytes, int]:
         os.close(fd)
 
 
-def _last_time_index_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: int) -> int:
-    """The time index's last timestamp (-1 if none), reading only its last entry when possible."""
-    tail, size = _read_tail(dir_fd, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size)
-    if not tail:
+def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
+    """The segment's max timestamp as Kafka's loader leaves it (-1 if it has none): the time index's
+    last entry, read alone where possible; but where the offset index is missing or an index is
+    unusable, the loader rebuilds both from the log, so it is the largest batch timestamp there."""
+    tail, size = _read_tail(dir_fd, directory, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size)
+    try:
+        index_size = os.stat(prefix + names.INDEX_SUFFIX, dir_fd=dir_fd).st_size
+    except FileNotFoundError:
+        index_size = -1
+    usable = index_size >= 0 and index_size % _INDEX_ENTRY.size == 0 and size % _TIME_ENTRY.size == 0 \
+        and (size > 0 or log_size == 0)
+    if usable and tail:
+        timestamp, relative_offset = _TIME_ENTRY.unpack(tail)
+        if relative_offset == 0 and size > _TIME_ENTRY.size:
+            # A preallocated file from a running broker ends in zero slots: find the real last entry.
+            index = TimeIndex(Path(directory, prefix + names.TIME_INDEX_SUFFIX), base_offset)
+            try:
+                index.sanity_check()
+                return index.last_entry()[0]
+            except KafkaLogError:
+                pass
+        elif relative_offset >= 0:
+            return int(timestamp)
+    elif usable:
         return -1
-    timestamp, relative_offset = _TIME_ENTRY.unpack(tail)
-    if relative_offset == 0 and size > _TIME_ENTRY.size:
-        # A preallocated file from a running broker ends in zero slots: find the real last entry.
-        last, _ = TimeIndex(Path(directory, prefix + names.TIME_INDEX_SUFFIX), base_offset).last_entry()
-        return last
-    return int(timestamp)
+    if log_size <= 0:
+        return -1
+    batches = LogSegment(Path(directory), base_offset).scan_valid()
+    return int(batches.max_timestamp.max()) if len(batches) else -1
 
 
 def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
     """The log end offset: frame the batches after the last offset-index entry of the last segment."""
     if log_size == 0:
         return base_offset
-    tail, size = _read_tail(dir_fd, prefix + names.INDEX_SUFFIX, 8)
+    tail, size = _read_tail(dir_fd, directory, prefix + names.INDEX_SUFFIX, 8)
     position = 0
     if tail:
         relative_offset, position = _INDEX_ENTRY.unpack(tail)
@@ -204,7 +262,7 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
             return LogSegment(Path(directory), base_offset).read_next_offset()
         if position > log_size:
             position = 0
-    fd = os.open(prefix + names.LOG_SUFFIX, os.O_RDONLY, dir_fd=dir_fd)
+    fd = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
     try:
         data = os.pread(fd, log_size - position, position)
     finally:
@@ -234,6 +292,11 @@ def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: L
     directory = Path(base.directory)
     segments = []
     for s in base.segments:
+        if s.size_bytes == 0 and not names.log_file(directory, s.base_offset).exists():  # the loader's new segment
+            segments.append(SegmentSnapshot(s.base_offset, s.next_offset, 0, -1, s.mtime_ms,
+                                            first_batch_timestamp_ms=MAX_LONG, offset_index_bytes=0,
+                                            time_index_bytes=0))
+            continue
         segment = LogSegment(directory, s.base_offset)
         segments.append(SegmentSnapshot(
             s.base_offset, s.next_offset, s.size_bytes, s.max_timestamp_ms, s.mtime_ms,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -24,6 +25,7 @@ from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_name, va
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.names import TopicPartition
+from kafkalog.log.snapshot import LogDirCheckpoints
 
 # Kafka's internal topics are created compacted by the broker; a log dir copied from a broker has no
 # record of that, so without this table retention would treat them as `delete` topics.
@@ -35,6 +37,7 @@ INTERNAL_TOPIC_CONFIGS: Mapping[str, Mapping[str, str]] = {
 # The KRaft metadata log is trimmed by its own snapshots, never by log retention or compaction.
 METADATA_TOPICS = frozenset({"__cluster_metadata"})
 TOPICS_FILE_VERSION = 1
+MAX_PARTITIONS = 100_000  # per topic: far above any real topic, and a typo cannot fill a disk with dirs
 DELETE_DIR_SUFFIX = "-delete"
 _DELETE_DIR = re.compile(r"^(?P<topic>.*)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-delete$")
 
@@ -83,6 +86,8 @@ class LogStore:
         self._topics: dict[str, TopicInfo] | None = None
         self._deleting: dict[str, DeletingTopic] | None = None
         self._configs: dict[str, LogConfig] = {}
+        self._checkpoints: dict[Path, tuple[tuple[int, int, int] | None, dict[tuple[str, int], int]]] = {}
+        self._pending: dict[Path, dict[tuple[str, int], int | None]] | None = None
 
     # --- topics --------------------------------------------------------------------------------
     def topics(self) -> dict[str, TopicInfo]:
@@ -120,9 +125,11 @@ class LogStore:
         return self._configs[topic]
 
     def create_topic(self, name: str, partitions: int, overrides: Mapping[str, str]) -> TopicInfo:
+        """Create a topic and all its partition dirs, or (on any error) none of them."""
         validate_topic_name(name)
-        if partitions < 1:
-            raise InvalidTopicError(f"topic {name!r}: --partitions must be at least 1, got {partitions}")
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidTopicError(f"topic {name!r}: --partitions must be between 1 and {MAX_PARTITIONS}, "
+                                    f"got {partitions}")
         normalised = validate_topic_overrides(overrides)
         LogConfig.resolve(self.broker, normalised)  # cross-checks against the broker file
         with self._admin_lock():
@@ -136,17 +143,24 @@ class LogStore:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r} "
                                         "('.' and '_' are the same in metric names)")
             info = TopicInfo(name, partitions, checkpoint.new_topic_id(), normalised)
-            registry, deleting = self._read_registry()
-            registry[name] = info
-            self._write_registry(registry, deleting)
             counts = {d: sum(1 for p in self.partitions() if p.log_dir == d) for d in self.log_dirs}
-            for partition in range(partitions):
-                log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
-                counts[log_dir] += 1
-                directory = log_dir / TopicPartition(name, partition).dir_name
-                directory.mkdir()
-                checkpoint.write_partition_metadata(directory / names.PARTITION_METADATA, info.topic_id)
-                LocalLog.open(directory, LogConfig.resolve(self.broker, normalised)).close()
+            made: list[Path] = []
+            try:
+                for partition in range(partitions):
+                    log_dir = min(self.log_dirs, key=lambda d: (counts[d], self.log_dirs.index(d)))
+                    counts[log_dir] += 1
+                    directory = log_dir / TopicPartition(name, partition).dir_name
+                    directory.mkdir()
+                    made.append(directory)
+                    checkpoint.write_partition_metadata(directory / names.PARTITION_METADATA, info.topic_id)
+                    LocalLog.open(directory, LogConfig.resolve(self.broker, normalised)).close()
+                registry, deleting = self._read_registry()
+                registry[name] = info
+                self._write_registry(registry, deleting)
+            except BaseException:
+                for directory in made:  # all or nothing: no half-made topic is left behind
+                    shutil.rmtree(directory, ignore_errors=True)
+                raise
             return info
 
     def alter_topic(self, name: str, set_configs: Mapping[str, str], delete_configs: Sequence[str]) -> TopicInfo:
@@ -242,8 +256,8 @@ class LogStore:
         for location in out:
             if location.topic_partition in seen:
                 raise LogDirError(f"partition {location.topic_partition} is in two log dirs: "
-                                  f"{seen[location.topic_partition]} and {location.log_dir}")
-            seen[location.topic_partition] = location.log_dir
+                                  f"{seen[location.topic_partition]} and {location.directory}; keep one")
+            seen[location.topic_partition] = location.directory
         return out
 
     def locate(self, topic: str, partition: int) -> PartitionLocation:
@@ -254,12 +268,12 @@ class LogStore:
 
     def open_log(self, location: PartitionLocation, *, read_only: bool, truncate_corrupt: bool = False) -> LocalLog:
         tp = location.topic_partition
-        start = checkpoint.read_offset_checkpoint(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT)
-        recovery = checkpoint.read_offset_checkpoint(location.log_dir / names.RECOVERY_POINT_CHECKPOINT)
         key = (tp.topic, tp.partition)
+        start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key)
+        recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
         clean = (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
-        return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start.get(key, 0),
-                             recovery_point=recovery.get(key, 0), had_clean_shutdown=clean,
+        return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start or 0,
+                             recovery_point=recovery or 0, had_clean_shutdown=clean,
                              read_only=read_only, truncate_corrupt=truncate_corrupt)
 
     @contextmanager
@@ -275,28 +289,88 @@ class LogStore:
                 log.close()
             self.write_checkpoints(location, log)
 
+    # --- checkpoints (spec §12) ----------------------------------------------------------------------
+    @contextmanager
+    def batched_checkpoints(self) -> Iterator[None]:
+        """Within this block, checkpoint updates are kept in memory and written once per file at its
+        end, as Kafka's broker writes them on a schedule rather than per change. Safe to lose in a
+        crash: the loader takes the log start offset as max(checkpoint, first segment), and a stale
+        recovery point only means more recovery. Without it, N partitions cost N rewrites of N lines."""
+        if self._pending is not None:
+            yield
+            return
+        self._pending = {}
+        try:
+            yield
+        finally:
+            pending, self._pending = self._pending, None
+            for path, updates in pending.items():
+                with log_dir_lock(path.parent):
+                    self._update_offsets(path, updates)
+
     def write_checkpoints(self, location: PartitionLocation, log: LocalLog) -> None:
         """Record the log's recovery point and log start offset in its log dir's checkpoint files."""
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
+        # Kafka records only logs whose start offset is past their first segment's base; kafkalog also
+        # keeps the entry when the start offset equals it (after retention), which Kafka reads the
+        # same way (it takes max(checkpoint, first base)) and which makes the advance visible.
+        updates: dict[Path, dict[tuple[str, int], int | None]] = {
+            location.log_dir / names.RECOVERY_POINT_CHECKPOINT: {key: log.recovery_point},
+            location.log_dir / names.LOG_START_OFFSET_CHECKPOINT:
+                {key: log.log_start_offset if log.log_start_offset > 0 else None}}
+        if self._pending is not None:
+            for path, update in updates.items():
+                self._pending.setdefault(path, {}).update(update)
+            return
         with log_dir_lock(location.log_dir):
-            path = location.log_dir / names.RECOVERY_POINT_CHECKPOINT
-            points = checkpoint.read_offset_checkpoint(path)
-            if points.get(key) != log.recovery_point:
-                points[key] = log.recovery_point
-                checkpoint.write_offset_checkpoint(path, points)
-            path = location.log_dir / names.LOG_START_OFFSET_CHECKPOINT
-            starts = checkpoint.read_offset_checkpoint(path)
-            # Kafka records only logs whose start offset is past their first segment's base; kafkalog also
-            # keeps the entry when the start offset equals it (after retention), which Kafka reads the
-            # same way (it takes max(checkpoint, first base)) and which makes the advance visible.
-            wanted = log.log_start_offset if log.log_start_offset > 0 else None
-            if starts.get(key) != wanted:
-                if wanted is None:
-                    starts.pop(key, None)
+            for path, update in updates.items():
+                self._update_offsets(path, update)
+
+    def log_dir_checkpoints(self, log_dir: Path) -> LogDirCheckpoints:
+        """The checkpoints a snapshot of a partition in ``log_dir`` reads, from this store's cache."""
+        return LogDirCheckpoints(self._offsets(log_dir / names.LOG_START_OFFSET_CHECKPOINT),
+                                 self._offsets(log_dir / names.REPLICATION_OFFSET_CHECKPOINT))
+
+    def _offsets(self, path: Path) -> dict[tuple[str, int], int]:
+        """An offset checkpoint's entries, parsed again only when the file changed, with this store's
+        batched updates applied."""
+        try:
+            info = os.stat(path)
+            stamp: tuple[int, int, int] | None = (info.st_ino, info.st_mtime_ns, info.st_size)
+        except FileNotFoundError:
+            stamp = None
+        cached = self._checkpoints.get(path)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, checkpoint.read_offset_checkpoint(path))
+            self._checkpoints[path] = cached
+        pending = (self._pending or {}).get(path)
+        if not pending:
+            return cached[1]
+        merged = dict(cached[1])
+        for key, value in pending.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return merged
+
+    def _update_offsets(self, path: Path, updates: Mapping[tuple[str, int], int | None]) -> None:
+        """Apply ``updates`` (None removes an entry) to a checkpoint file; the caller holds its log dir lock."""
+        self._checkpoints.pop(path, None)  # read it fresh: another process may have written it
+        entries = dict(self._offsets(path))
+        changed = False
+        for key, value in updates.items():
+            if entries.get(key) != value:
+                changed = True
+                if value is None:
+                    entries.pop(key, None)
                 else:
-                    starts[key] = wanted
-                checkpoint.write_offset_checkpoint(path, starts)
+                    entries[key] = value
+        if changed:
+            checkpoint.write_offset_checkpoint(path, entries)
+            info = os.stat(path)
+            self._checkpoints[path] = ((info.st_ino, info.st_mtime_ns, info.st_size), entries)
 
     # --- registry ------------------------------------------------------------------------------
     def _read_registry(self) -> tuple[dict[str, TopicInfo], dict[str, DeletingTopic]]:

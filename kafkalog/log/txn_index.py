@@ -79,6 +79,7 @@ class TransactionIndex:
         # The last entry's last_offset, loaded from the file on first need; None when there is no entry.
         self._last_offset: int | None = None
         self._last_offset_known = False
+        self._in_memory: list[AbortedTxn] | None = None  # a read-only rebuild's entries, in place of the file
 
     def __repr__(self) -> str:
         return f"TransactionIndex(path={str(self.path)!r}, base_offset={self.base_offset})"
@@ -87,6 +88,8 @@ class TransactionIndex:
 
     def entries(self) -> list[AbortedTxn]:
         """All entries in file order; a missing file has none."""
+        if self._in_memory is not None:
+            return list(self._in_memory)
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -127,6 +130,10 @@ class TransactionIndex:
                 raise CorruptIndexError(
                     f"{self.path}: entry at byte {position * ENTRY_SIZE} ({txn}) has last offset "
                     f"{txn.last_offset} below the segment base offset {self.base_offset}; rebuild the index")
+
+    def use_in_memory(self, entries: list[AbortedTxn]) -> None:
+        """Serve ``entries`` instead of the file: what a rebuild would write, for a read-only view."""
+        self._in_memory = list(entries)
 
     # -- writing -----------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kafkalog.log import names
-from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
+from kafkalog.log.snapshot import snapshot_log
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.maintenance import journal
 from kafkalog.policy.retention import RetentionPlan, plan_retention
@@ -54,7 +54,7 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
             return RetentionReport(tp.topic, tp.partition, (), 0, False, before, before, ())
         config = store.log_config(tp.topic)
         fresh = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, config,
-                                            LogDirCheckpoints.read(location.log_dir), now_ms=plan.now_ms),
+                                            store.log_dir_checkpoints(location.log_dir), now_ms=plan.now_ms),
                                plan.now_ms)
         todo = [s for s in fresh.segments if s.base_offset <= cut]
         mark_ms = wall_clock_ms()

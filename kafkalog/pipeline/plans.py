@@ -120,47 +120,55 @@ def plan_retention(store: Any, locations: Sequence[Any], now_ms: int) -> Doc:
 def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = False) -> Doc:
     """Mark what ``plan`` lists as ``.deleted`` (never more). Returns, per partition, what was marked,
     and the newest mark time (the wall clock the ``file.delete.delay.ms`` wait counts from)."""
+    applied: list[Doc] = []
+    errors: list[Doc] = []  # the plan's own errors stay the plan's
+    newest_mark_ms: int | None = None
+    delay_ms = 0
+    with store.batched_checkpoints():
+        for doc in plan["partitions"]:
+            _apply_one(store, plan["now_ms"], doc, run_id, dry_run, applied, errors)
+    for entry in applied:
+        if entry.get("mark_time_ms") is not None:
+            newest_mark_ms = max(newest_mark_ms or 0, entry.pop("mark_time_ms"))
+            delay_ms = max(delay_ms, store.log_config(entry["topic"]).file_delete_delay_ms)
+    return {"now_ms": plan["now_ms"], "dry_run": dry_run, "applied": applied, "errors": errors,
+            "segments": sum(len(a["segments"]) for a in applied), "bytes": sum(a["bytes"] for a in applied),
+            "newest_mark_ms": newest_mark_ms, "file_delete_delay_ms": delay_ms}
+
+
+def _apply_one(store: Any, now_ms: int, doc: Doc, run_id: str, dry_run: bool, applied: list[Doc],
+               errors: list[Doc]) -> None:
     from kafkalog.log.names import TopicPartition
     from kafkalog.log.store import PartitionLocation
     from kafkalog.maintenance.retention import apply_retention
     from kafkalog.policy.retention import DeletableSegment, RetentionPlan
 
-    applied: list[Doc] = []
-    errors: list[Doc] = []  # the plan's own errors stay the plan's
-    newest_mark_ms: int | None = None
-    delay_ms = 0
-    for doc in plan["partitions"]:
-        if not doc["segments"]:
-            continue
-        topic, partition = doc["topic"], doc["partition"]
-        entry = {"topic": topic, "partition": partition, "segments": [s["base_offset"] for s in doc["segments"]],
-                 "bytes": doc["bytes"], "log_start_offset_before": doc["log_start_offset_before"],
-                 "log_start_offset_after": doc["log_start_offset_after"], "rolled": doc["roll_first"]}
-        if dry_run:
-            applied.append(entry)
-            continue
-        location = PartitionLocation(TopicPartition(topic, partition), Path(doc["log_dir"]))
-        one = RetentionPlan(topic, partition, plan["now_ms"], tuple(
-            DeletableSegment(s["base_offset"], s["next_offset"], s["bytes"], s["reason"], s["detail"])
-            for s in doc["segments"]), doc["roll_first"], doc["log_start_offset_before"],
-            doc["log_start_offset_after"], ())
-        try:
-            if not location.directory.is_dir():
-                raise KafkaLogError(f"partition directory {location.directory} is gone")
-            report = apply_retention(store, location, one, run_id=run_id)
-            delay_ms = max(delay_ms, store.log_config(topic).file_delete_delay_ms)
-        except (KafkaLogError, OSError) as exc:
-            errors.append(error_entry(topic, partition, str(exc)))
-            continue
-        entry.update(segments=list(report.deleted_segments), bytes=report.bytes, rolled=report.rolled,
-                     log_start_offset_before=report.log_start_offset_before,
-                     log_start_offset_after=report.log_start_offset_after, marked_files=list(report.marked_files))
-        if report.mark_time_ms is not None:
-            newest_mark_ms = max(newest_mark_ms or 0, report.mark_time_ms)
+    if not doc["segments"]:
+        return
+    topic, partition = doc["topic"], doc["partition"]
+    entry = {"topic": topic, "partition": partition, "segments": [s["base_offset"] for s in doc["segments"]],
+             "bytes": doc["bytes"], "log_start_offset_before": doc["log_start_offset_before"],
+             "log_start_offset_after": doc["log_start_offset_after"], "rolled": doc["roll_first"]}
+    if dry_run:
         applied.append(entry)
-    return {"now_ms": plan["now_ms"], "dry_run": dry_run, "applied": applied, "errors": errors,
-            "segments": sum(len(a["segments"]) for a in applied), "bytes": sum(a["bytes"] for a in applied),
-            "newest_mark_ms": newest_mark_ms, "file_delete_delay_ms": delay_ms}
+        return
+    location = PartitionLocation(TopicPartition(topic, partition), Path(doc["log_dir"]))
+    one = RetentionPlan(topic, partition, now_ms, tuple(
+        DeletableSegment(s["base_offset"], s["next_offset"], s["bytes"], s["reason"], s["detail"])
+        for s in doc["segments"]), doc["roll_first"], doc["log_start_offset_before"],
+        doc["log_start_offset_after"], ())
+    try:
+        if not location.directory.is_dir():
+            raise KafkaLogError(f"partition directory {location.directory} is gone")
+        report = apply_retention(store, location, one, run_id=run_id)
+    except (KafkaLogError, OSError) as exc:
+        errors.append(error_entry(topic, partition, str(exc)))
+        return
+    entry.update(segments=list(report.deleted_segments), bytes=report.bytes, rolled=report.rolled,
+                 log_start_offset_before=report.log_start_offset_before,
+                 log_start_offset_after=report.log_start_offset_after, marked_files=list(report.marked_files),
+                 mark_time_ms=report.mark_time_ms)
+    applied.append(entry)
 
 
 def sweep(store: Any, locations: Iterable[Any], *, wall_now_ms: int, run_id: str, dry_run: bool = False) -> Doc:

@@ -233,18 +233,9 @@ def cmd_recover(args: argparse.Namespace) -> int:
     store = _store(args)
     results: list[dict[str, Any]] = []
     failures: list[str] = []
-    for location in store.partitions():  # one partition's problem does not stop the others' recovery
-        tp = location.topic_partition
-        try:
-            with store.writable_log(location, truncate_corrupt=True) as log:
-                report = log.load_report
-                results.append({"topic": tp.topic, "partition": tp.partition,
-                                "recovered_segments": list(report.recovered_segments),
-                                "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
-                                "log_end_offset": log.log_end_offset})
-        except (KafkaLogError, OSError) as exc:
-            failures.append(f"{tp}: {exc}")
-            results.append({"topic": tp.topic, "partition": tp.partition, "error": str(exc)})
+    # One partition's problem does not stop the others' recovery; checkpoints are written once at the end.
+    with store.batched_checkpoints():
+        _recover_all(args, store, results, failures)
     if args.json:
         _emit_json({"partitions": results, "errors": failures}, sys.stdout)
     else:
@@ -257,6 +248,22 @@ def cmd_recover(args: argparse.Namespace) -> int:
         for failure in failures:
             print(f"kafkalog: error: {failure}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def _recover_all(args: argparse.Namespace, store: LogStore, results: list[dict[str, Any]],
+                 failures: list[str]) -> None:
+    for location in store.partitions():
+        tp = location.topic_partition
+        try:
+            with store.writable_log(location, truncate_corrupt=True, revalidate_all=args.full) as log:
+                report = log.load_report
+                results.append({"topic": tp.topic, "partition": tp.partition,
+                                "recovered_segments": list(report.recovered_segments),
+                                "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
+                                "log_end_offset": log.log_end_offset})
+        except (KafkaLogError, OSError) as exc:
+            failures.append(f"{tp}: {exc}")
+            results.append({"topic": tp.topic, "partition": tp.partition, "error": str(exc)})
 
 
 # --- retention, journal, status -----------------------------------------------------------------
@@ -483,6 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("recover", parents=[common], help="finish interrupted swaps, rebuild indexes, cut torn tails")
+    p.add_argument("--full", action="store_true",
+                   help="re-validate every segment, not only those past the recovery point, and truncate each log "
+                        "at its first corrupt batch (what `verify` finds)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recover)
 

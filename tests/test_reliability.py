@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import time
@@ -236,3 +235,104 @@ def test_a_partition_spelled_twice_names_both_dirs(tmp_path: Path) -> None:
     assert status.code == 0  # "t-00" is not Kafka's spelling of a partition dir: not a second t-0
     rows = json.loads(status.out)["partitions"]
     assert [(r["topic"], r["partition"]) for r in rows] == [("t", 0)]
+
+
+def _damage_batch(segment: Path, index: int, edit: str) -> int:
+    """Damage the ``index``-th batch of a segment: its length field or its base offset; returns its offset."""
+    data = bytearray(segment.read_bytes())
+    position = 0
+    for _ in range(index):
+        position += 12 + int.from_bytes(data[position + 8:position + 12], "big")
+    offset = int.from_bytes(data[position:position + 8], "big")
+    if edit == "length":
+        length = int.from_bytes(data[position + 8:position + 12], "big")
+        data[position + 8:position + 12] = (length + 100).to_bytes(4, "big")
+    else:
+        data[position + 7] ^= 0x40  # the base offset: not covered by the CRC
+    segment.write_bytes(bytes(data))
+    return offset
+
+
+@pytest.mark.parametrize("edit", ["length", "base-offset"])
+def test_a_damaged_batch_mid_log_stops_readers_and_recover_full_cuts_there(tmp_path: Path, edit: str) -> None:
+    _topic(tmp_path, "segment.bytes=100000", records=400)
+    offset = _damage_batch(tmp_path / "t-0" / "00000000000000000000.log", 12, edit)
+    assert offset == 120
+    got = run_cli("consume", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0", "--print-offset")
+    served = [int(line.split("\t")[0]) for line in got.out.splitlines()]
+    assert got.code == 1 and served == sorted(set(served)) and all(o < 120 for o in served), got.err
+    verify = run_cli("verify", "--log-dir", str(tmp_path))
+    assert verify.code == 1 and "kafkalog recover" in verify.out
+    assert run_cli("recover", "--log-dir", str(tmp_path), "--full").code == 0
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
+    after = run_cli("consume", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0", "--print-offset")
+    assert [int(line.split("\t")[0]) for line in after.out.splitlines()] == list(range(120))
+
+
+def test_readers_follow_segments_that_retention_and_compaction_move(tmp_path: Path) -> None:
+    """A reader that takes no lock, while the segments it lists are marked deleted and swapped."""
+    import threading
+
+    from kafkalog.log.store import LogStore
+    from kafkalog.maintenance.compact import compact
+    from kafkalog.tools.verify import verify_store
+
+    now_ms = int(time.time() * 1000)
+    _topic(tmp_path, "cleanup.policy=compact,delete", "segment.bytes=2048", "retention.ms=3600000",
+           records=3000, timestamp_ms=now_ms - 2 * HOUR_MS)
+    store = LogStore([tmp_path])
+    errors: list[str] = []
+    reads = 0
+    stop = threading.Event()
+
+    def read() -> None:
+        nonlocal reads
+        while not stop.is_set():
+            try:
+                log = LogStore([tmp_path]).open_log(LogStore([tmp_path]).locate("t", 0), read_only=True)
+                offsets = [int(columns.offset[row]) for columns, row in log.read_records(0)]
+                if offsets != sorted(set(offsets)):
+                    errors.append("offsets out of order or repeated")
+                report = verify_store(LogStore([tmp_path]))
+                if not report.ok:
+                    errors.append("; ".join(report.all_problems()))
+                reads += 1
+            except Exception as exc:  # noqa: BLE001 - any crash of a reader is the failure looked for
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for round_ in range(6):
+            lines = "".join(f"k{i % 20}:late{round_}-{i}\n" for i in range(300))
+            assert run_cli("produce", "--log-dir", str(tmp_path), "--topic", "t", "--key-separator", ":",
+                           "--batch-records", "10", stdin=lines).code == 0
+            compact(store, now_ms=int(time.time() * 1000), topic="t")
+            if round_ == 2:
+                assert run_cli("retention", "apply", "--log-dir", str(tmp_path)).code == 0
+    finally:
+        stop.set()
+        reader.join(timeout=120)
+    assert reads > 0 and errors == []
+
+
+def test_produce_with_a_garbage_epoch_checkpoint_appends_nothing(tmp_path: Path) -> None:
+    _topic(tmp_path, records=1)
+    (tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT).write_text("garbage\n")
+    before = tree_digest(tmp_path)
+    done = run_cli("produce", "--log-dir", str(tmp_path), "--topic", "t", "--key-separator", ":", stdin="k:v\n")
+    assert done.code == 1 and "leader-epoch-checkpoint: malformed line 1" in done.err
+    assert tree_digest(tmp_path) == before  # a retry will not duplicate anything
+
+
+def test_recover_drops_producer_snapshots_past_the_new_log_end(tmp_path: Path) -> None:
+    _topic(tmp_path, "segment.bytes=1024", records=300)
+    partition = tmp_path / "t-0"
+    snapshots = sorted(int(p.name[:20]) for p in partition.glob("*.snapshot"))
+    assert len(snapshots) >= 2
+    _damage_batch(partition / "00000000000000000000.log", 3, "length")
+    assert run_cli("recover", "--log-dir", str(tmp_path), "--full").code == 0
+    left = sorted(int(p.name[:20]) for p in partition.glob("*.snapshot"))
+    assert left == [s for s in snapshots if s <= 30] and len(left) < len(snapshots)
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
+    assert run_cli("compact", "--log-dir", str(tmp_path), "--dry-run").code == 0

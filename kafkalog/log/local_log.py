@@ -41,6 +41,7 @@ from kafkalog.log.producer_state import ProducerState
 from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
 from kafkalog.log.swap import mark_deleted
 
+READ_REOPENS = 8  # how often a reader follows segments renamed under it before it gives up
 _COMPRESSION_BY_TOPIC_NAME = {"uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
                               "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
                               "zstd": CompressionType.ZSTD}
@@ -84,7 +85,22 @@ class LocalLog:
              recovery_point: int | None = None, had_clean_shutdown: bool = False,
              read_only: bool = False, truncate_corrupt: bool = False) -> LocalLog:
         """Load a partition directory; ``truncate_corrupt`` lets recovery cut a log at a corrupt
-        batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises."""
+        batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises.
+        A read-only open takes no lock: a file renamed away while it loads (a swap, retention) makes
+        it load again, a bounded number of times."""
+        for attempt in range(READ_REOPENS if read_only else 1):
+            try:
+                return cls._open(directory, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
+                                 had_clean_shutdown=had_clean_shutdown, read_only=read_only,
+                                 truncate_corrupt=truncate_corrupt)
+            except FileNotFoundError:
+                if attempt + 1 == READ_REOPENS or not read_only:
+                    raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open(cls, directory: Path, config: LogConfig, *, log_start_offset: int, recovery_point: int | None,
+              had_clean_shutdown: bool, read_only: bool, truncate_corrupt: bool) -> LocalLog:
         directory = Path(directory)
         topic_partition = names.parse_partition_dir_name(directory.name)
         if topic_partition is None:
@@ -97,6 +113,9 @@ class LocalLog:
                     continue  # a writer's temp file, renamed away since the listing
                 if not stat.S_ISDIR(mode):
                     names.check_partition_file(Path(entry.path), mode)
+        if not read_only:
+            # An append updates it: a file that cannot be read must stop the append before it is made.
+            checkpoint.read_leader_epoch_checkpoint(directory / names.LEADER_EPOCH_CHECKPOINT)
         settings = SegmentSettings(config.index_interval_bytes, config.segment_index_bytes)
         notes: list[str] = []
         plan = plan_temp_files(directory)
@@ -176,6 +195,15 @@ class LocalLog:
                 break
         self._log_end_offset = self._segments[-1].read_next_offset() if self._segments else self.log_start_offset
         self.recovery_point = min(max(self.recovery_point, 0), self._log_end_offset)
+        if truncated:
+            # Producer state taken past the new log end describes records that are gone (an open
+            # transaction there would hold the last stable offset back forever): Kafka drops it too.
+            for path in sorted(self.directory.glob("*" + names.SNAPSHOT_SUFFIX)):
+                parsed = names.parse_segment_file_name(path.name)
+                if parsed is not None and not parsed.state and parsed.base_offset > self._log_end_offset:
+                    path.unlink()
+                    notes.append(f"producer snapshot {path.name} past the log end removed")
+            self._producer_state = None
         self.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
 
     # --- state ---------------------------------------------------------------------------------
@@ -434,10 +462,33 @@ class LocalLog:
     def read_records(self, from_offset: int, max_records: int | None = None) -> Iterator[tuple[RecordColumns, int]]:
         """Yield (columns, row) for records at offsets ≥ ``from_offset``, below the high watermark.
 
-        Offsets below the log start offset are never served. Control records are skipped.
+        Offsets below the log start offset are never served. Control records are skipped. Readers
+        take no lock: when retention or a swap renames a segment away under this reader, it reopens
+        the partition and goes on from the next offset it has not served (a bounded number of times).
+        Offsets that do not increase (a damaged base offset, which no CRC covers) raise instead of
+        being served out of order.
         """
         start = max(from_offset, self.log_start_offset)
         served = 0
+        log = self
+        for _ in range(READ_REOPENS):
+            try:
+                for records, row in log._read_from(start):
+                    yield records, row
+                    served += 1
+                    start = int(records.offset[row]) + 1
+                    if max_records is not None and served >= max_records:
+                        return
+                return
+            except FileNotFoundError:
+                log = LocalLog.open(self.directory, self.config, log_start_offset=self.log_start_offset,
+                                    read_only=True)
+                start = max(start, log.log_start_offset)
+        raise KafkaLogError(f"{self.directory}: its segments changed under the reader {READ_REOPENS} times in a row; "
+                            "try again")
+
+    def _read_from(self, start: int) -> Iterator[tuple[RecordColumns, int]]:
+        previous_last = -1
         for segment in self._segments:
             if segment.read_next_offset() <= start:
                 continue
@@ -445,17 +496,26 @@ class LocalLog:
             if found is None:
                 continue
             data, batches = segment.scan(found.position)
-            corrupt = find_corrupt_batch(data, batches, where=f"{segment.log_path} (from byte {found.position}): ")
+            where = f"{segment.log_path} (from byte {found.position}): "
+            corrupt = find_corrupt_batch(data, batches, where=where)
             if corrupt is not None:
                 raise CorruptRecordError(corrupt)
+            if len(batches):
+                backwards = np.flatnonzero(batches.base_offset <= np.concatenate(([previous_last],
+                                                                                  batches.last_offset[:-1])))
+                if len(backwards):
+                    j = int(backwards[0])
+                    raise CorruptRecordError(
+                        f"{segment.log_path}: batch at byte {found.position + int(batches.position[j])} starts at "
+                        f"offset {int(batches.base_offset[j])}, not after offset "
+                        f"{previous_last if j == 0 else int(batches.last_offset[j - 1])}; "
+                        "`kafkalog recover --full` truncates the log there")
+                previous_last = int(batches.last_offset[-1])
             records = scan_records(data, batches, where=f"{segment.log_path}: ")
             control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
             rows = np.flatnonzero((records.offset >= start) & (records.offset < self.high_watermark) & ~control)
             for row in rows:
                 yield records, int(row)
-                served += 1
-                if max_records is not None and served >= max_records:
-                    return
 
 
 def _indexes_sane(segment: LogSegment) -> bool:

@@ -344,11 +344,15 @@ def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:
     # when it finds a problem are batches checked one by one to find the first bad one.
     arr = as_array(data)
     relative = batches.last_offset - base_offset
-    if find_corrupt_batch(arr, batches, where) is None and ((relative >= 0) & (relative <= MAX_INT)).all():
+    # Offsets must also go up from batch to batch: a damaged base offset is not covered by the CRC.
+    increasing = batches.base_offset[1:] > batches.last_offset[:-1]
+    if find_corrupt_batch(arr, batches, where) is None and ((relative >= 0) & (relative <= MAX_INT)).all() \
+            and increasing.all():
         return end
     for i in range(len(batches)):
         relative_ok = 0 <= int(batches.last_offset[i]) - base_offset <= MAX_INT
-        if not relative_ok or find_corrupt_batch(arr, _slice_columns(batches, i), where) is not None:
+        in_order = i == 0 or bool(increasing[i - 1])
+        if not relative_ok or not in_order or find_corrupt_batch(arr, _slice_columns(batches, i), where) is not None:
             return int(batches.position[i])
         if int(batches.magic[i]) >= 2 and int(batches.size[i]) < fmt.RECORD_BATCH_OVERHEAD:
             return int(batches.position[i])

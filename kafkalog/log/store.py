@@ -266,22 +266,26 @@ class LogStore:
             raise InvalidTopicError(f"partition {topic}-{partition} does not exist in {self._dirs_text()}")
         return found[0]
 
-    def open_log(self, location: PartitionLocation, *, read_only: bool, truncate_corrupt: bool = False) -> LocalLog:
+    def open_log(self, location: PartitionLocation, *, read_only: bool, truncate_corrupt: bool = False,
+                 revalidate_all: bool = False) -> LocalLog:
+        """Open a partition as Kafka's loader would; ``revalidate_all`` re-validates every segment, as
+        after an unclean shutdown with no recovery point (``kafkalog recover --full``)."""
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key)
-        recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
-        clean = (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
+        recovery = 0 if revalidate_all else self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
+        clean = not revalidate_all and (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
         return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start or 0,
                              recovery_point=recovery or 0, had_clean_shutdown=clean,
                              read_only=read_only, truncate_corrupt=truncate_corrupt)
 
     @contextmanager
     def writable_log(self, location: PartitionLocation, *, timeout_s: float = 30.0,
-                     truncate_corrupt: bool = False) -> Iterator[LocalLog]:
+                     truncate_corrupt: bool = False, revalidate_all: bool = False) -> Iterator[LocalLog]:
         """Open a partition for writing under its exclusive lock; flush, checkpoint and close after."""
         with partition_lock(location.directory, timeout_s=timeout_s):
-            log = self.open_log(location, read_only=False, truncate_corrupt=truncate_corrupt)
+            log = self.open_log(location, read_only=False, truncate_corrupt=truncate_corrupt,
+                                revalidate_all=revalidate_all)
             try:
                 yield log
                 log.flush()

@@ -12,6 +12,7 @@ history the ``.log`` does not record (multi-batch appends, restarts), see fixtur
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from kafkalog.log.local_log import LocalLog
 from kafkalog.log.producer_snapshot import read_producer_snapshot
 from kafkalog.log.segment import LogSegment
 from kafkalog.log.store import LogStore, PartitionLocation
+
+VERIFY_ATTEMPTS = 5
 
 
 @dataclass
@@ -78,6 +81,17 @@ def _verify_log_dir_files(log_dir: Path) -> list[str]:
 
 
 def verify_partition(store: LogStore, location: PartitionLocation) -> PartitionReport:
+    """Verify one partition. Readers take no lock: when retention or a swap renames a segment away
+    meanwhile, the partition is verified again from the start, as it is then (a bounded number of times)."""
+    for _ in range(VERIFY_ATTEMPTS - 1):
+        try:
+            return _verify_partition(store, location)
+        except FileNotFoundError:
+            continue
+    return _verify_partition(store, location)
+
+
+def _verify_partition(store: LogStore, location: PartitionLocation) -> PartitionReport:
     tp = location.topic_partition
     report = PartitionReport(tp.topic, tp.partition, str(location.log_dir))
     try:
@@ -102,11 +116,15 @@ def verify_partition(store: LogStore, location: PartitionLocation) -> PartitionR
 
 def _verify_partition_files(directory: Path, report: PartitionReport) -> None:
     for path in sorted(directory.iterdir()):
-        if not path.is_file():
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue  # renamed away since the listing (a swap or retention at work)
+        if stat.S_ISDIR(mode):
             report.problems.append(f"{path}: unexpected directory inside a partition directory")
             continue
         try:
-            names.check_partition_file(path)
+            names.check_partition_file(path, mode)
             if path.name == names.LEADER_EPOCH_CHECKPOINT:
                 checkpoint.read_leader_epoch_checkpoint(path)
             elif path.name == names.PARTITION_METADATA:
@@ -128,7 +146,8 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
                                f"byte {batches.valid_end} (a torn write; `kafkalog recover` truncates it)")
     corrupt = find_corrupt_batch(data, batches, where)
     if corrupt is not None:
-        report.problems.append(corrupt)
+        report.problems.append(f"{corrupt} (`kafkalog recover --full` truncates the log there, as Kafka's recovery "
+                               "would; what follows is lost)")
         return previous_last
     records = scan_records(data, batches, where=where)
     report.records += len(records)
@@ -143,7 +162,8 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
         if len(backwards):
             j = int(backwards[0]) + 1
             report.problems.append(f"{where}batch at byte {int(batches.position[j])} starts at offset "
-                                   f"{int(bases[j])}, not after the previous batch's last offset {int(lasts[j - 1])}")
+                                   f"{int(bases[j])}, not after the previous batch's last offset {int(lasts[j - 1])} "
+                                   "(`kafkalog recover --full` truncates the log there)")
         if int(bases[0]) <= previous_last:
             report.problems.append(f"{where}offset {int(bases[0])} does not follow the previous segment's "
                                    f"last offset {previous_last}")

@@ -261,10 +261,11 @@ class LogSegment:
         data = self.read_bytes()
         batches = scan_batches(data, 0, _framed_prefix(data))
         state, aborted = ProducerState(), []
-        for i in np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist():
-            txn = state.update(summarize_batch(data, batches, i))
-            if txn is not None:
-                aborted.append(txn)
+        if ((batches.attributes & fmt.CONTROL_MASK) != 0).any():  # only an ABORT marker makes an entry
+            for i in np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist():
+                txn = state.update(summarize_batch(data, batches, i))
+                if txn is not None:
+                    aborted.append(txn)
         self.txn_index.use_in_memory(aborted)
         self.offset_index.forget_entries()
         self.time_index.forget_entries()

@@ -40,8 +40,14 @@ def snapshot_compacted_logs(store: LogStore, topic: str | None = None,
         if tp.topic in METADATA_TOPICS:
             continue
         try:
+            config = store.log_config(tp.topic)
+            if not config.compact:
+                # The cleaner manager never opens a log whose policy excludes compaction; it is
+                # listed only so the plan can say why it is not cleaned.
+                snapshots.append(LogSnapshot(tp.topic, tp.partition, location.log_dir, config, (), 0, 0, 0, 0))
+                continue
             snapshots.append(snapshot_for_compaction(location.log_dir, tp.topic, tp.partition,
-                                                     store.log_config(tp.topic), checkpoints[location.log_dir]))
+                                                     config, checkpoints[location.log_dir]))
         except (KafkaLogError, OSError) as exc:
             failures.append({"topic": tp.topic, "partition": tp.partition, "error": f"corrupt: {exc}"})
     return snapshots, failures

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from kafkalog.errors import KafkaLogError
-from kafkalog.log.names import TMP_SUFFIX
+from kafkalog.log.names import LOG_START_OFFSET_CHECKPOINT, TMP_SUFFIX
 
 StrPath = str | os.PathLike[str]
 
@@ -288,3 +288,12 @@ def write_partition_metadata(path: StrPath, topic_id: str) -> None:
         raise CheckpointError(f"{p}: cannot write topic id {topic_id!r}: not a non-zero 16-byte base64 id")
     text = f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {_encode_topic_id(raw)}"
     atomic_write_bytes(p, text.encode("ascii"))
+
+
+def check_log_start_offset(directory: Path | str, log_start_offset: int, log_end_offset: int) -> None:
+    """A checkpointed log start offset past the log end is refused: records appended then would sit
+    below the log start offset, where no reader looks, and retention would plan away every segment."""
+    if log_start_offset > log_end_offset:
+        raise KafkaLogError(f"{directory}: the log start offset checkpoint says {log_start_offset} but the log "
+                            f"ends at {log_end_offset}; correct or remove its entry in "
+                            f"{LOG_START_OFFSET_CHECKPOINT} before using this partition")

@@ -64,6 +64,7 @@ class AppendInfo:
     batches: int
 
 
+
 class LocalLog:
     def __init__(self, directory: Path, topic_partition: names.TopicPartition, config: LogConfig,
                  segments: list[LogSegment], log_start_offset: int, recovery_point: int,
@@ -159,6 +160,8 @@ class LocalLog:
                   recovery_point if recovery_point is not None else 0, read_only,
                   LoadReport(tuple(notes), tuple(recovered), truncated))
         if not read_only:
+            if segments:  # checked before recovery writes anything, and again after it
+                checkpoint.check_log_start_offset(directory, log_start_offset, segments[-1].read_next_offset())
             log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt)
             if not log._segments:
                 log._segments.append(log._new_segment(log_start_offset))
@@ -166,11 +169,7 @@ class LocalLog:
             log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
         elif segments:
             log.log_start_offset = max(log_start_offset, segments[0].base_offset)
-        if log_start_offset > log.log_end_offset:
-            # Records appended now would sit below the log start offset, where no reader looks.
-            raise KafkaLogError(f"{directory}: the log start offset checkpoint says {log_start_offset} but the log "
-                                f"ends at {log.log_end_offset}; correct or remove its entry in "
-                                f"{names.LOG_START_OFFSET_CHECKPOINT} before using this partition")
+        checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
         return log
 
     def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],

@@ -141,6 +141,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), bases[0])
     last_stat = _regular_stat(dir_fd, directory, prefixes[-1] + names.LOG_SUFFIX)
     log_end_offset = _next_offset(dir_fd, directory, prefixes[-1], bases[-1], last_stat.st_size)
+    checkpoint.check_log_start_offset(directory, checkpoints.log_start_offsets.get(key, 0), log_end_offset)
     full = now_ms is None
     time_cutoff = None
     if not full and config.delete and config.retention_ms >= 0:
@@ -205,16 +206,19 @@ def _open_regular(dir_fd: int, directory: str, name: str) -> int:
     return fd
 
 
-def _read_tail(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple[bytes, int]:
-    """The last whole ``entry_size`` bytes of a file (b"" if none) and the file's length."""
+def _read_ends(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple[bytes, bytes, int]:
+    """The first and the last whole ``entry_size`` bytes of a file (b"" if none) and its length."""
     try:
         fd = _open_regular(dir_fd, directory, name)
     except FileNotFoundError:
-        return b"", 0
+        return b"", b"", 0
     try:
         size = os.lseek(fd, 0, os.SEEK_END)
         usable = size - size % entry_size
-        return (os.pread(fd, entry_size, usable - entry_size) if usable else b""), size
+        if not usable:
+            return b"", b"", size
+        head = os.pread(fd, entry_size, 0)
+        return head, (os.pread(fd, entry_size, usable - entry_size) if usable > entry_size else head), size
     finally:
         os.close(fd)
 
@@ -223,7 +227,7 @@ def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: in
     """The segment's max timestamp as Kafka's loader leaves it (-1 if it has none): the time index's
     last entry, read alone where possible; but where the offset index is missing or an index is
     unusable, the loader rebuilds both from the log, so it is the largest batch timestamp there."""
-    tail, size = _read_tail(dir_fd, directory, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size)
+    head, tail, size = _read_ends(dir_fd, directory, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size)
     try:
         index_size = os.stat(prefix + names.INDEX_SUFFIX, dir_fd=dir_fd).st_size
     except FileNotFoundError:
@@ -240,7 +244,8 @@ def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: in
                 return index.last_entry()[0]
             except KafkaLogError:
                 pass
-        elif relative_offset >= 0:
+        elif relative_offset >= 0 and timestamp >= _TIME_ENTRY.unpack(head)[0]:
+            # Kafka's sanity check refuses a time index whose last timestamp is below its first.
             return int(timestamp)
     elif usable:
         return -1
@@ -254,7 +259,7 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
     """The log end offset: frame the batches after the last offset-index entry of the last segment."""
     if log_size == 0:
         return base_offset
-    tail, size = _read_tail(dir_fd, directory, prefix + names.INDEX_SUFFIX, 8)
+    _, tail, size = _read_ends(dir_fd, directory, prefix + names.INDEX_SUFFIX, 8)
     position = 0
     if tail:
         relative_offset, position = _INDEX_ENTRY.unpack(tail)

@@ -288,6 +288,16 @@ def _read_batches(segment: LogSegment, *, check_crc: bool = True) -> tuple[Buffe
         raise CleanerError(corrupt)
     if batches.valid_end != len(data):
         raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
+    if len(batches):
+        # A base offset is outside the CRC: a damaged one only shows as offsets that go backwards, and
+        # cleaning through it would file records under offsets they never had.
+        previous = np.concatenate(([-1], batches.last_offset[:-1]))
+        backwards = np.flatnonzero(batches.base_offset <= previous)
+        if len(backwards):
+            j = int(backwards[0])
+            raise CleanerError(f"{where}batch at byte {int(batches.position[j])} starts at offset "
+                               f"{int(batches.base_offset[j])}, not after offset {int(previous[j])}; "
+                               "`kafkalog recover --full` truncates the log there")
     return data, batches
 
 

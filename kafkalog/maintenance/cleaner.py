@@ -348,6 +348,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     aborted = [t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end]
     tracker = TxnTracker(aborted)
     key_map = KeyMap(tracked=(start, end), part=part, parts=parts)
+    audit = _TxnIndexAudit(aborted)
     backwards = not aborted
     for segment in reversed(dirty) if backwards else dirty:
         checked = segment.base_offset in own
@@ -374,8 +375,11 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
                 if b in controls:
                     tracker.on_control_batch_read(int(batches.producer_id[b]), int(batches.last_offset[b]),
                                                   controls[b])
+                    audit.on_marker(segment, int(batches.producer_id[b]), int(batches.last_offset[b]), controls[b])
                     skip[b] = True
                 else:
+                    if batches.attributes[b] & fmt.TRANSACTIONAL_MASK:
+                        audit.on_data(int(batches.producer_id[b]), int(batches.last_offset[b]))
                     skip[b] = tracker.on_batch_read(int(batches.producer_id[b]),
                                                     bool(batches.attributes[b] & fmt.TRANSACTIONAL_MASK),
                                                     int(batches.last_offset[b]))
@@ -384,6 +388,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             key_map.add(records, rows)
         if on_final is not None and backwards:
             on_final(segment, key_map)
+    audit.check(start)
     key_map.update_latest_offset(end - 1)
     if on_final is not None and not backwards:
         for segment in reversed(dirty):
@@ -391,6 +396,38 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
     return key_map
+
+
+class _TxnIndexAudit:
+    """Finds an aborted transaction that the ``.txnindex`` does not list (Kafka creates that file
+    lazily, so a deleted one looks like a segment without aborts). The cleaner would keep such
+    aborted records as committed, and once their marker is gone ``read_committed`` readers would
+    see them: the partition is refused instead, before anything is written."""
+
+    def __init__(self, indexed: Sequence[AbortedTxn]) -> None:
+        self.indexed = {(t.producer_id, t.last_offset) for t in indexed}
+        self.data: dict[int, list[int]] = {}  # producer id -> last offsets of its transactional batches
+        self.markers: dict[int, list[int]] = {}  # producer id -> offsets of its markers
+        self.unlisted: list[tuple[LogSegment, int, int]] = []  # ABORT markers the index does not list
+
+    def on_data(self, producer_id: int, last_offset: int) -> None:
+        self.data.setdefault(producer_id, []).append(last_offset)
+
+    def on_marker(self, segment: LogSegment, producer_id: int, offset: int, control_type: int | None) -> None:
+        self.markers.setdefault(producer_id, []).append(offset)
+        if control_type == fmt.ControlType.ABORT and (producer_id, offset) not in self.indexed:
+            self.unlisted.append((segment, producer_id, offset))
+
+    def check(self, start: int) -> None:
+        """Raise if an unlisted ABORT marker ends a transaction that wrote data in the range (a marker
+        with no data before it, since the producer's previous marker, aborts nothing here)."""
+        for segment, producer_id, offset in self.unlisted:
+            opened = max((m for m in self.markers[producer_id] if m < offset), default=start - 1)
+            if any(opened < d < offset for d in self.data.get(producer_id, ())):
+                raise CleanerError(
+                    f"{segment.txn_index.path}: producer {producer_id}'s aborted transaction ending at offset "
+                    f"{offset} is not in the transaction index, so its records would be kept as committed; "
+                    "`kafkalog recover --full` rebuilds the index")
 
 
 def map_slices(segments: list[LogSegment], parts: int) -> list[list[LogSegment]]:

@@ -27,6 +27,7 @@ from aiokafka.record import memory_records as aio_memory
 from conftest import kafka_fixtures_root, run_cli, tree_digest
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
 
+from kafkalog.errors import CleanerError
 from kafkalog.format import batch as fmt
 from kafkalog.format.batch import ControlType, Record, build_batch, end_txn_marker_batch
 from kafkalog.format.compression import CompressionType
@@ -513,6 +514,34 @@ def test_basic_transaction_aware_cleaning(tmp_path: Path) -> None:
     assert offsets_in_log(store, loc) == [3, 6, 7, 8, 9]
     assert aborted_txns(store, loc) == txns
     assert result.stats.aborted_records_removed == 4
+
+
+def test_an_abort_missing_from_a_deleted_txnindex_is_refused_until_recover_rebuilds_it(tmp_path: Path) -> None:
+    """Kafka creates a ``.txnindex`` lazily, so a deleted one looks like "no aborts": cleaning on it
+    would keep aborted records as committed. The cleaner notices the ABORT marker the index does not
+    list and refuses; ``recover --full`` rebuilds the index and the cleaning is then Kafka's."""
+    store, loc = new_store(tmp_path, segment_bytes="2048")
+    with store.writable_log(loc) as log:
+        produce(log, 1, 0, [("1", "a"), ("2", "a")], transactional=True)  # 0-1
+        produce(log, 2, 0, [("2", "b"), ("3", "b")], transactional=True)  # 2-3
+        produce(log, 1, 2, [("3", "a"), ("4", "a")], transactional=True)  # 4-5
+        marker(log, ControlType.ABORT, 1)  # 6
+        marker(log, ControlType.COMMIT, 2)  # 7
+        marker(log, ControlType.ABORT, 3)  # 8: a transaction with no data here aborts nothing
+        log.roll()
+    (loc.directory / "00000000000000000000.txnindex").unlink()
+    def unlocked() -> dict[str, str]:
+        return {k: v for k, v in tree_digest(tmp_path).items() if not k.endswith(".lock")}
+
+    before = unlocked()
+    with pytest.raises(CleanerError, match="producer 1's aborted transaction ending at offset 6 is not in the "
+                                           "transaction index"):
+        clean(store, loc)
+    assert unlocked() == before
+    assert run_cli("recover", "--full", "--log-dir", str(tmp_path)).code == 0
+    assert aborted_txns(store, loc) == [(1, 0, 6)]
+    result = clean(store, loc)
+    assert keys_in_log(store, loc) == ["2", "3"] and result.stats.aborted_records_removed == 4
 
 
 def test_abort_marker_across_passes(tmp_path: Path) -> None:

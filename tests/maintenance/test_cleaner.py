@@ -495,15 +495,21 @@ def test_idempotent_batches_keep_offsets_and_sequences(tmp_path: Path) -> None:
     assert (batches[0].size, batches[0].count, batches[0].base) == (EMPTY_BATCH, 0, 0)
 
 
+def _producer_1_aborts_producer_2_commits(log: LocalLog) -> None:
+    """Offsets 0-7: producer 1 writes keys 1-4 (0-1, 4-5) and aborts (6); producer 2 writes keys 2-3
+    (2-3) and commits (7)."""
+    produce(log, 1, 0, [("1", "a"), ("2", "a")], transactional=True)
+    produce(log, 2, 0, [("2", "b"), ("3", "b")], transactional=True)
+    produce(log, 1, 2, [("3", "a"), ("4", "a")], transactional=True)
+    marker(log, ControlType.ABORT, 1)
+    marker(log, ControlType.COMMIT, 2)
+
+
 def test_basic_transaction_aware_cleaning(tmp_path: Path) -> None:
     # testBasicTransactionAwareCleaning: aborted data goes whatever its key; the txn index is unchanged
     store, loc = new_store(tmp_path, segment_bytes="2048")
     with store.writable_log(loc) as log:
-        produce(log, 1, 0, [("1", "a"), ("2", "a")], transactional=True)  # 0-1
-        produce(log, 2, 0, [("2", "b"), ("3", "b")], transactional=True)  # 2-3
-        produce(log, 1, 2, [("3", "a"), ("4", "a")], transactional=True)  # 4-5
-        marker(log, ControlType.ABORT, 1)  # 6
-        marker(log, ControlType.COMMIT, 2)  # 7
+        _producer_1_aborts_producer_2_commits(log)  # 0-7
         produce(log, 1, 4, [("2", "c")], transactional=True)  # 8
         marker(log, ControlType.COMMIT, 1)  # 9
         log.roll()
@@ -522,11 +528,7 @@ def test_an_abort_missing_from_a_deleted_txnindex_is_refused_until_recover_rebui
     list and refuses; ``recover --full`` rebuilds the index and the cleaning is then Kafka's."""
     store, loc = new_store(tmp_path, segment_bytes="2048")
     with store.writable_log(loc) as log:
-        produce(log, 1, 0, [("1", "a"), ("2", "a")], transactional=True)  # 0-1
-        produce(log, 2, 0, [("2", "b"), ("3", "b")], transactional=True)  # 2-3
-        produce(log, 1, 2, [("3", "a"), ("4", "a")], transactional=True)  # 4-5
-        marker(log, ControlType.ABORT, 1)  # 6
-        marker(log, ControlType.COMMIT, 2)  # 7
+        _producer_1_aborts_producer_2_commits(log)  # 0-7
         marker(log, ControlType.ABORT, 3)  # 8: a transaction with no data here aborts nothing
         log.roll()
     (loc.directory / "00000000000000000000.txnindex").unlink()

@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from kafkalog.errors import KafkaLogError
 from kafkalog.log import names
 from kafkalog.log.checkpoint import fsync_dir
 
@@ -44,7 +45,13 @@ def mark_deleted(paths: Sequence[Path], *, mark_time_ms: int) -> list[Path]:
 
 def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Sequence[int], *,
                      mark_time_ms: int) -> list[Path]:
-    """Swap ``<base>.*.cleaned`` segments in for the ``old_bases`` segments; returns the marked files."""
+    """Swap ``<base>.*.cleaned`` segments in for the ``old_bases`` segments; returns the marked files.
+    A new segment whose ``.log.cleaned`` is missing stops the swap before anything is renamed: the old
+    segments would otherwise go with nothing in their place."""
+    for base in new_bases:
+        cleaned_log = Path(f"{names.log_file(directory, base)}{names.CLEANED_SUFFIX}")
+        if not cleaned_log.is_file():
+            raise KafkaLogError(f"{cleaned_log}: missing at the swap; nothing was swapped")
     for base in sorted(new_bases, reverse=True):
         for path in _segment_files(directory, base, names.CLEANED_SUFFIX):
             if path.exists():

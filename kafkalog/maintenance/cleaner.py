@@ -488,6 +488,7 @@ class CleanedGroup:
     base_offset: int
     source_bases: list[int]
     fingerprint: list[tuple[int, int, int]]  # of the sources when they were read
+    log_bytes: int  # the size its writer wrote: the swap checks the file still has it
 
 
 def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Supersession,
@@ -548,7 +549,7 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
     except BaseException:
         cleaned.delete_files()
         raise
-    return CleanedGroup(base, [s.base_offset for s in group], fingerprint)
+    return CleanedGroup(base, [s.base_offset for s in group], fingerprint, size)
 
 
 def swap_cleaned_group(ctx: CleanContext, cleaned: CleanedGroup, lock_timeout_s: float = 30.0) -> None:
@@ -560,6 +561,16 @@ def swap_cleaned_group(ctx: CleanContext, cleaned: CleanedGroup, lock_timeout_s:
             if now != cleaned.fingerprint:
                 raise CleanerError(f"{directory}: segments {cleaned.source_bases} changed while being cleaned; "
                                    "nothing swapped (the next cycle retries)")
+            # Swapping a group whose output went missing or was cut short would delete its sources
+            # with nothing (or too little) in their place.
+            output = Path(f"{names.log_file(directory, cleaned.base_offset)}{names.CLEANED_SUFFIX}")
+            try:
+                found = output.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:
+                found = -1
+            if found != cleaned.log_bytes:
+                raise CleanerError(f"{output}: {'missing' if found < 0 else f'{found} bytes'} at the swap, but its "
+                                   f"writer wrote {cleaned.log_bytes} bytes; nothing swapped")
             replace_segments(directory, [cleaned.base_offset], cleaned.source_bases,
                              mark_time_ms=int(time.time() * 1000))
     except BaseException:

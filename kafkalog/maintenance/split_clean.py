@@ -388,7 +388,8 @@ class _RoundWorker:
         stats.clean_seconds = time.perf_counter() - started
         self.board.publish_json(f"group-{cleaned.base_offset}.json", {
             "base_offset": cleaned.base_offset, "source_bases": cleaned.source_bases,
-            "fingerprint": [list(f) for f in cleaned.fingerprint], "stats": stats.to_dict(), "pid": os.getpid(),
+            "fingerprint": [list(f) for f in cleaned.fingerprint], "log_bytes": cleaned.log_bytes,
+            "stats": stats.to_dict(), "pid": os.getpid(),
             "worker": self.worker})
         return cleaned.base_offset
 
@@ -552,7 +553,8 @@ def swap_and_finish(ctx: CleanContext, written: list[dict[str, Any]], map_parts:
         stats.clean_seconds = max(stats.clean_seconds, group["stats"]["clean_seconds"])
     for i, group in enumerate(written):
         cleaned = CleanedGroup(group["base_offset"], list(group["source_bases"]),
-                               [(int(b), int(size), int(mtime)) for b, size, mtime in group["fingerprint"]])
+                               [(int(b), int(size), int(mtime)) for b, size, mtime in group["fingerprint"]],
+                               int(group["log_bytes"]))
         try:
             swap_cleaned_group(ctx, cleaned)  # removes this group's .cleaned files if it fails
         except BaseException:

@@ -27,7 +27,7 @@ from aiokafka.record import memory_records as aio_memory
 from conftest import kafka_fixtures_root, run_cli, tree_digest
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
 
-from kafkalog.errors import CleanerError
+from kafkalog.errors import CleanerError, KafkaLogError
 from kafkalog.format import batch as fmt
 from kafkalog.format.batch import ControlType, Record, build_batch, end_txn_marker_batch
 from kafkalog.format.compression import CompressionType
@@ -35,8 +35,9 @@ from kafkalog.format.scan import scan_batches, scan_records
 from kafkalog.log import checkpoint, names
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.store import LogStore, PartitionLocation
-from kafkalog.maintenance import journal
-from kafkalog.maintenance.cleaner import CleanResult, clean_partition, group_segments_by_size
+from kafkalog.log.swap import replace_segments
+from kafkalog.maintenance import cleaner, journal
+from kafkalog.maintenance.cleaner import CleanerStats, CleanResult, clean_partition, group_segments_by_size
 from kafkalog.maintenance.compact import compact
 from kafkalog.tools.verify import verify_store
 
@@ -493,6 +494,37 @@ def test_idempotent_batches_keep_offsets_and_sequences(tmp_path: Path) -> None:
     assert keys_in_log(store, loc) == ["3", "1", "4", "2"]
     assert offsets_in_log(store, loc) == [3, 6, 7, 8]
     assert (batches[0].size, batches[0].count, batches[0].base) == (EMPTY_BATCH, 0, 0)
+
+
+@pytest.mark.parametrize("damage", ["removed", "truncated"])
+def test_a_group_whose_cleaned_output_is_gone_or_cut_is_not_swapped(tmp_path: Path, damage: str) -> None:
+    """Between writing a group and swapping it, its ``.cleaned`` log is removed (a second attempt
+    "recovering" it) or cut short: the swap refuses, the sources stay, nothing is marked deleted."""
+    store, loc = new_store(tmp_path, segment_bytes="1024")
+    with store.writable_log(loc) as log:
+        put(log, [(f"k{i % 5}", f"v{i}") for i in range(60)], batch_records=3)
+        log.roll()
+    before = read_log(store, loc)[1]
+    live = {k: v for k, v in tree_digest(tmp_path).items() if not k.endswith(".lock")}
+    ctx = cleaner.open_clean_context(store, loc, 0, store.open_log(loc, read_only=True).active_segment.base_offset,
+                                     now_ms=T0)
+    verified: set[int] = set()
+    key_map = cleaner.build_key_map(ctx, CleanerStats(), verified)
+    group = ctx.groups()[-1]  # it holds the latest values: its output is not empty
+    written = cleaner.write_cleaned_group(ctx, group, key_map, CleanerStats(), verified)
+    output = Path(f"{names.log_file(loc.directory, written.base_offset)}{names.CLEANED_SUFFIX}")
+    if damage == "removed":
+        output.unlink()
+    else:
+        assert written.log_bytes > 0
+        os.truncate(output, written.log_bytes - 1)
+    with pytest.raises(CleanerError, match="nothing swapped"):
+        cleaner.swap_cleaned_group(ctx, written)
+    assert read_log(store, loc)[1] == before
+    assert {k: v for k, v in tree_digest(tmp_path).items() if not k.endswith(".lock")} == live
+    with pytest.raises(KafkaLogError, match="missing at the swap"):  # the swap itself checks too
+        replace_segments(loc.directory, [written.base_offset], written.source_bases, mark_time_ms=T0)
+    assert not list(loc.directory.glob("*" + names.DELETED_SUFFIX))
 
 
 def _producer_1_aborts_producer_2_commits(log: LocalLog) -> None:

@@ -242,6 +242,23 @@ def find_corrupt_batch(buf: bytes | bytearray | memoryview | U8, batches: BatchC
     return None
 
 
+def find_backward_batch(batches: BatchColumns, previous_last_offset: int = -1, where: str = "",
+                        first_byte: int = 0) -> str | None:
+    """Describe the first batch whose base offset is not above the last offset before it (that of
+    the batch before, or ``previous_last_offset`` for the first), or None. No CRC covers a base
+    offset: a damaged one shows only as offsets going backwards. ``first_byte`` is where
+    ``batches`` were scanned from, for the byte position in the message."""
+    if not len(batches):
+        return None
+    previous = np.concatenate(([previous_last_offset], batches.last_offset[:-1]))
+    backwards = np.flatnonzero(batches.base_offset <= previous)
+    if not len(backwards):
+        return None
+    j = int(backwards[0])
+    return (f"{where}batch at byte {first_byte + int(batches.position[j])} starts at offset "
+            f"{int(batches.base_offset[j])}, not after offset {int(previous[j])}")
+
+
 def batch_crcs(data: U8, positions: I64, ends: I64) -> I64:
     """The CRC-32C of v2 batches starting at ``positions`` and ending at ``ends`` (from their
     attributes field on): in one compiled loop where the CPU has a crc32 instruction, else one C

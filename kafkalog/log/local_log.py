@@ -30,7 +30,7 @@ from kafkalog.errors import (
 )
 from kafkalog.format import batch as fmt
 from kafkalog.format.compression import CompressionType
-from kafkalog.format.scan import RecordColumns, find_corrupt_batch, scan_batches, scan_records
+from kafkalog.format.scan import RecordColumns, find_backward_batch, find_corrupt_batch, scan_batches, scan_records
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import LogConfig
 from kafkalog.log.index import MAX_INT
@@ -62,7 +62,6 @@ class AppendInfo:
     first_offset: int
     last_offset: int
     batches: int
-
 
 
 class LocalLog:
@@ -499,16 +498,10 @@ class LocalLog:
             corrupt = find_corrupt_batch(data, batches, where=where)
             if corrupt is not None:
                 raise CorruptRecordError(corrupt)
+            backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", found.position)
+            if backwards is not None:
+                raise CorruptRecordError(f"{backwards}; `kafkalog recover --full` truncates the log there")
             if len(batches):
-                backwards = np.flatnonzero(batches.base_offset <= np.concatenate(([previous_last],
-                                                                                  batches.last_offset[:-1])))
-                if len(backwards):
-                    j = int(backwards[0])
-                    raise CorruptRecordError(
-                        f"{segment.log_path}: batch at byte {found.position + int(batches.position[j])} starts at "
-                        f"offset {int(batches.base_offset[j])}, not after offset "
-                        f"{previous_last if j == 0 else int(batches.last_offset[j - 1])}; "
-                        "`kafkalog recover --full` truncates the log there")
                 previous_last = int(batches.last_offset[-1])
             records = scan_records(data, batches, where=f"{segment.log_path}: ")
             control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0

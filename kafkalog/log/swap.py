@@ -49,7 +49,7 @@ def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Seque
     A new segment whose ``.log.cleaned`` is missing stops the swap before anything is renamed: the old
     segments would otherwise go with nothing in their place."""
     for base in new_bases:
-        cleaned_log = Path(f"{names.log_file(directory, base)}{names.CLEANED_SUFFIX}")
+        cleaned_log = names.log_file(directory, base, names.CLEANED_SUFFIX)
         if not cleaned_log.is_file():
             raise KafkaLogError(f"{cleaned_log}: missing at the swap; nothing was swapped")
     for base in sorted(new_bases, reverse=True):

@@ -55,6 +55,7 @@ from kafkalog.format.scan import (
     RecordColumns,
     as_array,
     batch_crcs,
+    find_backward_batch,
     find_corrupt_batch,
     record_sections,
     scan_batches,
@@ -288,16 +289,9 @@ def _read_batches(segment: LogSegment, *, check_crc: bool = True) -> tuple[Buffe
         raise CleanerError(corrupt)
     if batches.valid_end != len(data):
         raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
-    if len(batches):
-        # A base offset is outside the CRC: a damaged one only shows as offsets that go backwards, and
-        # cleaning through it would file records under offsets they never had.
-        previous = np.concatenate(([-1], batches.last_offset[:-1]))
-        backwards = np.flatnonzero(batches.base_offset <= previous)
-        if len(backwards):
-            j = int(backwards[0])
-            raise CleanerError(f"{where}batch at byte {int(batches.position[j])} starts at offset "
-                               f"{int(batches.base_offset[j])}, not after offset {int(previous[j])}; "
-                               "`kafkalog recover --full` truncates the log there")
+    backwards = find_backward_batch(batches, where=where)  # cleaning through it would misfile records
+    if backwards is not None:
+        raise CleanerError(f"{backwards}; `kafkalog recover --full` truncates the log there")
     return data, batches
 
 
@@ -563,7 +557,7 @@ def swap_cleaned_group(ctx: CleanContext, cleaned: CleanedGroup, lock_timeout_s:
                                    "nothing swapped (the next cycle retries)")
             # Swapping a group whose output went missing or was cut short would delete its sources
             # with nothing (or too little) in their place.
-            output = Path(f"{names.log_file(directory, cleaned.base_offset)}{names.CLEANED_SUFFIX}")
+            output = names.log_file(directory, cleaned.base_offset, names.CLEANED_SUFFIX)
             try:
                 found = output.stat(follow_symlinks=False).st_size
             except FileNotFoundError:

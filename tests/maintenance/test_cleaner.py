@@ -512,7 +512,7 @@ def test_a_group_whose_cleaned_output_is_gone_or_cut_is_not_swapped(tmp_path: Pa
     key_map = cleaner.build_key_map(ctx, CleanerStats(), verified)
     group = ctx.groups()[-1]  # it holds the latest values: its output is not empty
     written = cleaner.write_cleaned_group(ctx, group, key_map, CleanerStats(), verified)
-    output = Path(f"{names.log_file(loc.directory, written.base_offset)}{names.CLEANED_SUFFIX}")
+    output = names.log_file(loc.directory, written.base_offset, names.CLEANED_SUFFIX)
     if damage == "removed":
         output.unlink()
     else:

@@ -305,6 +305,14 @@ def serve(directory: Path, home: Path, port: int) -> int:
         airflow.stop()
 
 
+def _exit_once(signum: int, frame: object) -> None:
+    """SIGTERM stops the components as Ctrl-C does (the finally blocks run). ``make`` passes its own SIGTERM
+    on to this process, so a second one can come while the components are being stopped; it must not cut
+    that stop short and leave them running."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafkalog.pipeline.airflow_local",
                                      description="Airflow on one machine for the kafkalog pipeline.")
@@ -313,8 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--airflow-home", default=".airflow", help="AIRFLOW_HOME (default: ./.airflow)")
     parser.add_argument("--port", type=int, default=8080, help="serve: the UI's port on 127.0.0.1")
     args = parser.parse_args(argv)
-    # SIGTERM stops the components as Ctrl-C does (the finally blocks run).
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, _exit_once)
     if args.command == "demo":
         return demo(Path(args.dir), Path(args.airflow_home))
     return serve(Path(args.dir), Path(args.airflow_home), args.port)

@@ -58,6 +58,9 @@ PARTITION_FILES = frozenset({LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, QUORUM
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>0|[1-9]\d{0,9})$")  # Kafka's own spelling only
 _SEGMENT_FILE = re.compile(r"^(?P<offset>\d{20})(?P<suffix>\.[a-z]+)(?P<state>\.(?:deleted|cleaned|swap))?$")
+# A cleaner task attempt's output (``<offset>.log.<attempt tag>.cleaned``): like every ``.cleaned`` file,
+# unfinished work that recovery deletes (``kafkalog.maintenance.cleaning_tasks``).
+_ATTEMPT_OUTPUT = re.compile(r"^\d{20}\.(?:log|index|timeindex|txnindex)\.[A-Za-z0-9-]+\.cleaned$")
 _KRAFT_SNAPSHOT = re.compile(r"^\d{20}-\d{10}\.checkpoint(?:\.part|\.deleted)?$")
 
 
@@ -113,7 +116,7 @@ def is_known_partition_file(name: str) -> bool:
     """Whether Kafka (or kafkalog) could have put a file of this name in a partition directory."""
     if name in PARTITION_FILES or parse_segment_file_name(name) is not None:
         return True
-    if _KRAFT_SNAPSHOT.match(name):
+    if _KRAFT_SNAPSHOT.match(name) or _ATTEMPT_OUTPUT.match(name):
         return True
     # Temp files of atomic writes (``leader-epoch-checkpoint.tmp``, ``<offset>.snapshot.tmp``).
     if name.endswith(TMP_SUFFIX):

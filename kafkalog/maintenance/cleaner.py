@@ -25,7 +25,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -322,19 +322,13 @@ def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
 
 
 def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, part: int = 0,
-                  parts: int = 1, on_final: Callable[[LogSegment, KeyMap], None] | None = None) -> KeyMap:
+                  parts: int = 1) -> KeyMap:
     """The key map of the dirty range; with ``parts`` > 1 only of the keys that the ``part``-th of
     that many maps owns by hash (``HashedKeyMap`` answers from all of them as from one map). Every
     part reads the whole dirty range but checks the CRCs of only its slice of the dirty segments
     (``map_slices``), so that together the parts check each segment once.
 
-    The map is the same in any order of segments (the larger offset of a key wins wherever it comes
-    from), so it is built from the last dirty segment to the first: once a segment is in, every
-    record after its base offset is, and the supersession bits of its offsets are final.
-    ``on_final(segment, map)`` is then called, latest segment first, so that a split round can write
-    the latest groups while the map goes on. Aborted transactions in the range need the offset
-    order (the tracker follows each transaction to its marker): then the map is built forwards and
-    every ``on_final`` comes at the end."""
+    Aborted transactions in the range are followed in offset order, each to its marker."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
     dirty = dirty_segments(ctx)
     own = {s.base_offset for s in map_slices(dirty, parts)[part]}
@@ -343,8 +337,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     tracker = TxnTracker(aborted)
     key_map = KeyMap(tracked=(start, end), part=part, parts=parts)
     audit = _TxnIndexAudit(aborted)
-    backwards = not aborted
-    for segment in reversed(dirty) if backwards else dirty:
+    for segment in dirty:
         checked = segment.base_offset in own
         data, segment_batches = _read_batches(segment, check_crc=checked)
         if checked:
@@ -380,13 +373,8 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
                                   & ~skip[records.batch_index])
             key_map.add(records, rows)
-        if on_final is not None and backwards:
-            on_final(segment, key_map)
     audit.check(start)
     key_map.update_latest_offset(end - 1)
-    if on_final is not None and not backwards:
-        for segment in reversed(dirty):
-            on_final(segment, key_map)
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
     return key_map
@@ -477,19 +465,23 @@ def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_in
 # --- 3. cleaning a group ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CleanedGroup:
-    """A group's verified ``.cleaned`` segment, written and waiting for its swap."""
+    """A group's verified ``.cleaned`` segment, written and waiting for its swap. The size and
+    CRC-32C of its log file are the writer's word for what it wrote: the swap checks the file
+    against them (Kafka's atomic move fails on a missing file; a cut or overwritten one must fail too)."""
 
     base_offset: int
     source_bases: list[int]
     fingerprint: list[tuple[int, int, int]]  # of the sources when they were read
-    log_bytes: int  # the size its writer wrote: the swap checks the file still has it
+    log_bytes: int
+    log_crc32c: int
 
 
 def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Supersession,
-                        stats: CleanerStats, verified: set[int]) -> CleanedGroup:
+                        stats: CleanerStats, verified: set[int], suffix: str = names.CLEANED_SUFFIX) -> CleanedGroup:
     """Recopy one group of source segments into a verified ``.cleaned`` segment (files only: the
     log is unchanged until ``swap_cleaned_group``). Groups are independent, so they may be written
-    in parallel and swapped afterwards, in any order."""
+    in parallel and swapped afterwards, in any order. ``suffix``: the output's file-name suffix, one
+    of a task attempt's own (any name ending in ``.cleaned`` is a cleaner's leftover to recovery)."""
     log = ctx.log
     directory = ctx.location.directory
     base = group[0].base_offset
@@ -497,13 +489,13 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
     tracker = TxnTracker()
     bases = [s.base_offset for s in log.segments]
     cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
-                                                          log.config.segment_index_bytes), suffix=names.CLEANED_SUFFIX)
+                                                          log.config.segment_index_bytes), suffix=suffix)
     try:
         cleaned.delete_files()
         positions: list[I64] = []  # the output's batches: where they start, their last offsets and max timestamps
         last_offsets: list[I64] = []
         max_timestamps: list[I64] = []
-        size = 0
+        size = crc = 0
         # The output's bytes go to the file from a second thread, one window at a time, while the next
         # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
         with DirectWriter(cleaned.log_path) as writer:
@@ -522,6 +514,7 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
                         segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
                         retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified):
                     writer.write(part)
+                    crc = crc32c(part, crc)
                     _scratch.flip()
                     positions.append(part_batches.position + size)
                     last_offsets.append(part_batches.last_offset)
@@ -543,7 +536,7 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
     except BaseException:
         cleaned.delete_files()
         raise
-    return CleanedGroup(base, [s.base_offset for s in group], fingerprint, size)
+    return CleanedGroup(base, [s.base_offset for s in group], fingerprint, size, crc)
 
 
 def swap_cleaned_group(ctx: CleanContext, cleaned: CleanedGroup, lock_timeout_s: float = 30.0) -> None:
@@ -555,21 +548,31 @@ def swap_cleaned_group(ctx: CleanContext, cleaned: CleanedGroup, lock_timeout_s:
             if now != cleaned.fingerprint:
                 raise CleanerError(f"{directory}: segments {cleaned.source_bases} changed while being cleaned; "
                                    "nothing swapped (the next cycle retries)")
-            # Swapping a group whose output went missing or was cut short would delete its sources
-            # with nothing (or too little) in their place.
-            output = names.log_file(directory, cleaned.base_offset, names.CLEANED_SUFFIX)
-            try:
-                found = output.stat(follow_symlinks=False).st_size
-            except FileNotFoundError:
-                found = -1
-            if found != cleaned.log_bytes:
-                raise CleanerError(f"{output}: {'missing' if found < 0 else f'{found} bytes'} at the swap, but its "
-                                   f"writer wrote {cleaned.log_bytes} bytes; nothing swapped")
+            # Swapping a group whose output went missing, was cut short or overwritten would delete
+            # its sources with nothing (or something else) in their place.
+            check_cleaned_log(names.log_file(directory, cleaned.base_offset, names.CLEANED_SUFFIX), cleaned)
             replace_segments(directory, [cleaned.base_offset], cleaned.source_bases,
                              mark_time_ms=int(time.time() * 1000))
     except BaseException:
         LogSegment(directory, cleaned.base_offset, suffix=names.CLEANED_SUFFIX).delete_files()
         raise
+
+
+def check_cleaned_log(path: Path, cleaned: CleanedGroup) -> None:
+    """Raise unless ``path`` holds the bytes ``cleaned``'s writer wrote (its size and CRC-32C)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            crc = 0
+            if size == cleaned.log_bytes and size:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    crc = crc32c(data)
+    except FileNotFoundError:
+        size = -1
+    if size != cleaned.log_bytes or crc != cleaned.log_crc32c:
+        found = "missing" if size < 0 else f"{size} bytes with CRC-32C {crc:#010x}"
+        raise CleanerError(f"{path}: {found} at the swap, but its writer wrote {cleaned.log_bytes} bytes with "
+                           f"CRC-32C {cleaned.log_crc32c:#010x}; nothing swapped")
 
 
 def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:

@@ -6,9 +6,7 @@ open-addressing table (compiled, :mod:`kafkalog.format.rewrite`) of 32-byte slot
 (hash and length), the offset and the key itself (inline up to 16 bytes, else in a key arena);
 equality is always decided on the bytes. Memory is about ``32 B / 0.8`` per distinct key, plus
 ``4 + key size`` for keys over 16 bytes: ~40 MB for a million short keys. Every page of fresh memory
-is a page fault (and more where the hypervisor takes freed guest pages back), so the table is sized
-to the keys, not to a power of two, and a process keeps its table memory between maps, as Kafka's
-cleaner keeps its dedupe buffer for its life (``TablePool``).
+is a page fault, so the table is sized to the keys, not to a power of two.
 
 A map too big for one task is built as ``parts`` maps over the same range that share the keys by
 hash (``KeyMap(part=p, parts=n)``), in parallel; ``HashedKeyMap`` answers from them exactly as one
@@ -19,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -49,49 +45,6 @@ CHUNK_ROWS = 1 << 18
 # The superseded bitmap costs a bit per offset of the range it tracks, in zero pages that only
 # become memory where records are; past this span (a sparse, compacted range) it is not kept.
 MAX_TRACKED_OFFSETS = 1 << 34
-
-
-# The table memory a process keeps between maps: room for a table of Kafka's default dedupe buffer
-# size (log.cleaner.dedupe.buffer.size, 128 MiB: ~3.3 million keys at 40 B a key) and the half-size
-# one it is rehashed from. Faulting in a fresh table chain (a page fault per 4 KiB page) is kernel
-# work of the same order as the map's own inserts, and it falls on the round's critical path; the
-# kept pages are faulted in once per process.
-TABLE_POOL_BYTES = 192 << 20
-
-
-class TablePool:
-    """One process's table memory, lent to one key map at a time (a map built meanwhile, in another
-    thread, takes fresh memory). Its pages are touched once: by the first maps that use them, or up
-    front by ``touch`` (``warmup.warm``, as Kafka fills its dedupe buffer when the cleaner starts)."""
-
-    def __init__(self, nbytes: int) -> None:
-        self._slots_count = nbytes // (8 * SLOT_WORDS)
-        self._slots: I64 | None = None
-        self._lent = False
-        self._lock = threading.Lock()
-
-    def lend(self) -> I64 | None:
-        with self._lock:
-            if self._lent or not self._slots_count:
-                return None
-            if self._slots is None:  # zero pages: memory only where a table touches it
-                self._slots = np.zeros((self._slots_count, SLOT_WORDS), dtype=np.int64)
-            self._lent = True
-            return self._slots
-
-    def give_back(self) -> None:
-        with self._lock:
-            self._lent = False
-
-    def touch(self) -> None:
-        """Fault every page in now (unless a map holds the memory)."""
-        slots = self.lend()
-        if slots is not None:
-            slots.fill(0)
-            self.give_back()
-
-
-TABLES = TablePool(TABLE_POOL_BYTES)
 
 
 def tracks_range(first: int, end: int) -> bool:
@@ -142,13 +95,7 @@ class KeyMap(_Supersession):
         if not 0 <= part < parts:
             raise ValueError(f"key map part {part} of {parts}")
         self.part, self.parts = part, parts
-        # The pool's memory, if no other map holds it: tables at its two ends in turn (a table and the
-        # one it is rehashed into never overlap), until one does not fit; given back with the map.
-        self._pool = TABLES.lend()
-        if self._pool is not None:
-            weakref.finalize(self, TABLES.give_back)
-        self._table_at_start: bool | None = None  # where in the pool the table is (None: not in it)
-        self._table = self._new_table(capacity, in_use=0)
+        self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
         self._arena = np.empty(1 << 16, dtype=np.uint8)
         self._arena_used = 0
         self._size = 0
@@ -160,19 +107,6 @@ class KeyMap(_Supersession):
         self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
         self._inserted = (-1, -1)  # the first and last offset of the rows offered to the map
         self._scratch: tuple[I64, I64] | None = None
-
-    def _new_table(self, capacity: int, in_use: int) -> I64:
-        """An empty table of ``capacity`` slots: in the pool, at the other end from the current table
-        (``in_use`` slots), if both fit; else fresh memory (and so is every later table of this map)."""
-        pool = self._pool
-        if pool is not None and (in_use == 0 or self._table_at_start is not None) and in_use + capacity <= len(pool):
-            at_start = not self._table_at_start  # the first table goes at the start
-            table = pool[:capacity] if at_start else pool[len(pool) - capacity:]
-            table.fill(0)
-            self._table_at_start = at_start
-            return table
-        self._table_at_start = None
-        return np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
 
     def _staging(self, rows: int) -> tuple[I64, I64]:
         """Scratch for ``rows`` hashed rows and their ordered copies: kept and reused, so that a map
@@ -188,7 +122,7 @@ class KeyMap(_Supersession):
             # Double: every table of the chain is fresh memory, whose page faults can cost more than the
             # rehash itself; doubling touches 2x the final table in all, growing by 1.5x would touch 3x.
             capacity = max(int((self._size + keys) / MAX_LOAD) + 1, len(self._table) * 2)
-            new = self._new_table(capacity, len(self._table))
+            new = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
             table_rehash(self._table, new)
             self._table = new
         if self._arena_used + key_bytes > len(self._arena):
@@ -231,12 +165,6 @@ class KeyMap(_Supersession):
         self._size += added
         self.records += inserted
 
-    def superseded_words(self, first: int, end: int) -> npt.NDArray[np.uint64]:
-        """The bitmap's words that cover the offsets ``[first, end)`` (with their neighbours' bits in
-        the edge words), to publish once those offsets' bits are final (``FinalBits.of_words``)."""
-        lo = _word(self._tracked_base, max(first, self._tracked_base))
-        return self._superseded[lo:_word(self._tracked_base, end + 63)]
-
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset
 
@@ -256,7 +184,7 @@ class KeyMap(_Supersession):
         if not self._size:
             return np.full(len(hashed), -1, dtype=np.int64)
         return table_get(self._table, self._arena, data, hashed, staged, self.part, self.parts)
-    # --- sharing a map between processes (the split round's workers, kafkalog.maintenance.split_clean) ---
+    # --- sharing a map between processes (a huge partition's map and rewrite tasks) ---
     def save(self, prefix: Path) -> None:
         """Write the map as ``<prefix>.table.npy``, ``.arena.npy``, ``.superseded.npy`` and ``.json``
         (last, by rename: its presence means the map is complete)."""
@@ -291,7 +219,6 @@ class KeyMap(_Supersession):
             raise CleanerError(f"key map {prefix}: not a key-map table")
         key_map = cls.__new__(cls)
         key_map.part, key_map.parts = part, parts
-        key_map._pool, key_map._table_at_start = None, None
         key_map._table, key_map._arena = table, arena
         key_map._arena_used, key_map._size = len(arena), int(meta["size"])
         key_map.latest_offset, key_map.records = int(meta["latest_offset"]), int(meta["records"])
@@ -326,41 +253,6 @@ class HashedKeyMap(_Supersession):
         return _lookup(self.parts, columns, rows, self.parts[0]._staging)
 
 
-class FinalBits(_Supersession):
-    """The supersession bits of the offsets ``[first, end)`` of a map's range once they are final: a
-    split round's map tasks publish each segment's as they pass it (``build_key_map(on_final=...)``).
-    They answer every row of that range the map inserted; anything else would need the map itself."""
-
-    def __init__(self, superseded: npt.NDArray[np.uint64], tracked_base: int, first: int, end: int,
-                 latest_offset: int) -> None:
-        self._superseded, self._tracked_base = superseded, tracked_base
-        self._inserted = (first, min(end, latest_offset + 1) - 1)
-        self.latest_offset = latest_offset  # the whole map's: records past it are kept
-
-    @classmethod
-    def of_words(cls, pieces: Sequence[tuple[int, npt.NDArray[np.uint64]]], tracked: tuple[int, int], first: int,
-                 end: int, latest_offset: int) -> FinalBits:
-        """The final bits of ``[first, end)`` from ``superseded_words`` of a map (or of each hashed part:
-        they OR together) tracking ``tracked``, each piece given with the first offset it covers."""
-        base, tracked_end = tracked
-        bits = np.zeros(_word(base, tracked_end + 63), dtype=np.uint64)
-        for offset, words in pieces:
-            lo = _word(base, offset)
-            bits[lo:lo + len(words)] |= words
-        return cls(bits, base, first, end, latest_offset)
-
-    def lookup(self, columns: RecordColumns, rows: I64) -> I64:
-        if not len(rows):
-            return np.empty(0, dtype=np.int64)
-        raise CleanerError(f"{len(rows)} rows outside the offsets [{self._inserted[0]}, {self._inserted[1]}] whose "
-                           "final supersession bits are known: they need the whole key map")
-
-
-def _word(base: int, offset: int) -> int:
-    """The index of the bitmap word that holds ``offset``'s bit."""
-    return (offset - base) >> 6
-
-
 def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
             staging: Callable[[int], tuple[I64, I64]]) -> I64:
     """The latest offset of each row's key in whichever of ``maps`` owns it, -1 where none has it;
@@ -380,5 +272,5 @@ def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
     return out
 
 
-# What the cleaner's rewrite asks a map: one built here, its hashed parts, or a range's final bits.
-Supersession = KeyMap | HashedKeyMap | FinalBits
+# What the cleaner's rewrite asks a map: one built here, or its hashed parts.
+Supersession = KeyMap | HashedKeyMap

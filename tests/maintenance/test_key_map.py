@@ -12,7 +12,6 @@ import pytest
 from kafkalog.errors import CleanerError
 from kafkalog.format.batch import Record, assemble_batch, build_batch
 from kafkalog.format.scan import RecordColumns, record_sections, scan_batches, scan_records
-from kafkalog.maintenance import key_map as key_map_module
 from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 
 
@@ -169,44 +168,8 @@ def _answers_as_expected(key_map: KeyMap, segments: list[tuple[list[bytes | None
                               want > columns.offset[rows])
 
 
-def _in(pool: key_map_module.TablePool, key_map: KeyMap) -> bool:
-    return pool._slots is not None and np.shares_memory(key_map._table, pool._slots)
-
-
-@pytest.mark.parametrize("pool_room", ["none", "the first table", "all but the last", "the whole chain"])
-def test_maps_with_tables_from_the_pool_answer_as_with_fresh_ones(
-        segments: list[tuple[list[bytes | None], RecordColumns]], monkeypatch: pytest.MonkeyPatch,
-        pool_room: str) -> None:
-    sizes: list[int] = []  # the table chain of this map (~2,100 keys; 16, 3,746, 7,492 slots) in fresh memory
-    monkeypatch.setattr(key_map_module, "TABLES", key_map_module.TablePool(0))
-    monkeypatch.setattr(KeyMap, "_new_table", lambda self, capacity, in_use: sizes.append(capacity) or
-                        np.zeros((capacity, key_map_module.SLOT_WORDS), dtype=np.int64))
-    _build(segments, (1000, 1000 + 9500))
-    monkeypatch.undo()
-    assert len(sizes) >= 3
-    # A table and the one it is rehashed into sit at the pool's two ends: the last one fits beside the one
-    # before it only with room for both.
-    slots = {"none": 0, "the first table": sizes[0] + sizes[1] - 1, "all but the last": sizes[-1] + sizes[-2] - 1,
-             "the whole chain": sizes[-1] + sizes[-2]}[pool_room]
-    pool = key_map_module.TablePool(slots * 8 * key_map_module.SLOT_WORDS)
-    monkeypatch.setattr(key_map_module, "TABLES", pool)
+def test_a_map_grown_through_rehashes_answers_every_key(segments: list[tuple[list[bytes | None], RecordColumns]],
+                                                          ) -> None:
     key_map = _build(segments, (1000, 1000 + 9500))
-    assert len(key_map._table) == sizes[-1] and _in(pool, key_map) == (pool_room == "the whole chain")
+    assert len(key_map._table) > 1 << 10  # grown from its first table
     _answers_as_expected(key_map, segments)
-
-
-def test_the_pool_is_lent_to_one_map_at_a_time(segments: list[tuple[list[bytes | None], RecordColumns]],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    pool = key_map_module.TablePool(1 << 20)
-    monkeypatch.setattr(key_map_module, "TABLES", pool)
-    first = _build(segments, (1000, 1000 + 9500))
-    second = _build(segments[:2], (1000, 1000 + 9500))  # built while the first holds the pool: fresh memory
-    pool.touch()  # the memory is lent: touching it now must not zero the first map's table
-    assert _in(pool, first) and not _in(pool, second)
-    _answers_as_expected(first, segments)
-    _answers_as_expected(second, segments[:2])
-    del first  # gives the memory back
-    third = _build(segments[1:], (1000, 1000 + 9500))
-    assert _in(pool, third)
-    _answers_as_expected(third, segments[1:])
-    _answers_as_expected(second, segments[:2])

@@ -1,0 +1,210 @@
+"""A cleaning round as tasks that are pure functions of their inputs, and the commit that only the
+round's driver runs (the Spark job's executors and driver; see ``spark_jobs/compact_logs.py``).
+
+``clean_partition`` runs a whole round in one process. Here the same steps of ``cleaner`` are cut
+where a scheduler can spread them, and nothing is shared between tasks but their inputs and outputs:
+
+1. the driver, holding the partition's cleaner lock until step 4: ``plan_round`` resolves a crashed
+   cleaner's leftovers and fixes the round (range, clocks, producer state, segment groups) in a
+   ``RoundSpec`` every task gets;
+2. ``clean_round_task``: the key map, then every group, in one task (the usual case); or, for a
+   partition too big for one task, ``map_part_task`` builds one of ``spec.parts`` key maps that
+   share the keys by hash and saves it under a name of its attempt's own;
+3. ``write_group_task``: one group from the saved parts (a huge partition's second stage);
+4. the driver: ``commit_round`` checks every group's output against the size and CRC-32C its
+   attempt reported, renames it to Kafka's ``.cleaned`` name and swaps it in under the partition
+   lock (``.cleaned -> .swap``), then the cleaner checkpoint and the journal; ``discard_attempts``
+   removes every other attempt's output.
+
+A task attempt writes ``<base>.log.<tag>.cleaned`` (and its indexes alike), ``tag`` its own: attempts
+of the same group never touch each other's files, and any file a dead attempt leaves ends in
+``.cleaned``, which Kafka's loader and ``kafkalog recover`` delete. Every task opens the partition
+read-only with the spec's offsets, clocks and producer state, so it decides as one process would: the
+segments written are byte for byte those of ``clean_partition``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafkalog.errors import CleanerError
+from kafkalog.log import names
+from kafkalog.log.store import LogStore, PartitionLocation
+from kafkalog.maintenance.cleaner import (
+    CleanContext,
+    CleanedGroup,
+    CleanerStats,
+    CleanResult,
+    build_key_map,
+    check_cleaned_log,
+    dirty_segments,
+    finish_round,
+    open_clean_context,
+    resolve_leftovers,
+    swap_cleaned_group,
+    write_cleaned_group,
+)
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
+
+SUMMED_STATS = ("bytes_read", "bytes_written", "records_read", "records_written", "batches_copied",
+                "batches_rebuilt", "empty_batches_kept", "tombstones_removed", "aborted_records_removed",
+                "unkeyed_records_removed", "map_records", "map_keys", "dirty_bytes")
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """One round as its driver fixed it: every task of the round gets this (JSON-able)."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    now_ms: int
+    wall_now_ms: int
+    producers: dict[int, tuple[int, int]]  # producer id -> (last data offset, epoch), read by the driver
+    groups: list[list[int]]  # each group's source base offsets
+    parts: int  # key maps sharing the keys by hash: 1 for the one-task round
+
+    def open(self, store: LogStore) -> CleanContext:
+        location = store.locate(self.topic, self.partition)
+        ctx = open_clean_context(store, location, self.first_dirty_offset, self.first_uncleanable_offset,
+                                 now_ms=self.now_ms, wall_now_ms=self.wall_now_ms, producers=self.producers)
+        present = {s.base_offset for s in ctx.segments}
+        missing = [b for g in self.groups for b in g if b not in present]
+        if missing:
+            raise CleanerError(f"{location.directory}: segments {missing} of the round's groups are gone")
+        return ctx
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> RoundSpec:
+        """Also after a JSON round trip, which makes producer ids strings and their states lists."""
+        producers = {int(pid): (int(last), int(epoch)) for pid, (last, epoch) in doc["producers"].items()}
+        return cls(**{**doc, "producers": producers})
+
+
+def plan_round(store: LogStore, location: PartitionLocation, first_dirty_offset: int, first_uncleanable_offset: int,
+               *, now_ms: int, wall_now_ms: int, parts: int = 1) -> tuple[RoundSpec, CleanContext]:
+    """Step 1 (the driver, under the cleaner lock): the round's spec, and its context for the commit."""
+    resolve_leftovers(location)
+    ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
+                             wall_now_ms=wall_now_ms)
+    groups = [[s.base_offset for s in g] for g in ctx.groups()] if first_uncleanable_offset > first_dirty_offset \
+        else []
+    tp = location.topic_partition
+    return RoundSpec(tp.topic, tp.partition, first_dirty_offset, first_uncleanable_offset, now_ms, wall_now_ms,
+                     ctx.producers, groups, parts), ctx
+
+
+def attempt_suffix(tag: str) -> str:
+    """The file-name suffix of one task attempt's output: ``.<tag>.cleaned``."""
+    if not tag or not all(c.isalnum() or c == "-" for c in tag):
+        raise ValueError(f"attempt tag {tag!r}: letters, digits and '-' only")
+    return f".{tag}{names.CLEANED_SUFFIX}"
+
+
+def _written(cleaned: CleanedGroup, stats: CleanerStats, tag: str) -> dict[str, Any]:
+    return {**dataclasses.asdict(cleaned), "tag": tag, "stats": stats.to_dict()}
+
+
+def clean_round_task(store: LogStore, spec: RoundSpec, tag: str) -> dict[str, Any]:
+    """Step 2, one task: the key map, then every group written under ``tag``. Returns the groups as
+    written (``CleanedGroup`` fields and their stats) and the map's stats."""
+    ctx = spec.open(store)
+    started = time.perf_counter()
+    map_stats = CleanerStats()
+    verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
+    key_map = build_key_map(ctx, map_stats, verified)
+    map_stats.map_seconds = time.perf_counter() - started
+    by_base = {s.base_offset: s for s in ctx.segments}
+    groups = []
+    for sources in spec.groups:
+        started, stats = time.perf_counter(), CleanerStats()
+        cleaned = write_cleaned_group(ctx, [by_base[b] for b in sources], key_map, stats, verified,
+                                      attempt_suffix(tag))
+        stats.clean_seconds = time.perf_counter() - started
+        groups.append(_written(cleaned, stats, tag))
+    return {"maps": [map_stats.to_dict()], "groups": groups}
+
+
+def map_part_task(store: LogStore, spec: RoundSpec, part: int, prefix: Path) -> dict[str, Any]:
+    """Step 2 of a huge partition: key-map part ``part`` of ``spec.parts``, saved at ``prefix`` (a name of
+    this attempt's own, in a scratch dir every task sees). Returns its stats."""
+    ctx = spec.open(store)
+    started, stats = time.perf_counter(), CleanerStats()
+    key_map = build_key_map(ctx, stats, set(), part=part, parts=spec.parts)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    key_map.save(prefix)
+    stats.map_seconds = time.perf_counter() - started
+    return {"part": part, "prefix": str(prefix), "stats": stats.to_dict()}
+
+
+def write_group_task(store: LogStore, spec: RoundSpec, index: int, map_prefixes: list[str],
+                     tag: str) -> dict[str, Any]:
+    """Step 3 of a huge partition: group ``index`` written under ``tag`` from the saved key-map parts."""
+    ctx = spec.open(store)
+    started, stats = time.perf_counter(), CleanerStats()
+    key_map = HashedKeyMap([KeyMap.load(Path(p)) for p in map_prefixes], ctx.end_offset - 1)
+    by_base = {s.base_offset: s for s in ctx.segments}
+    # The map tasks checked the CRCs of the dirty segments; the group checks those of the clean ones.
+    verified = {s.base_offset for s in dirty_segments(ctx)}
+    cleaned = write_cleaned_group(ctx, [by_base[b] for b in spec.groups[index]], key_map, stats, verified,
+                                  attempt_suffix(tag))
+    stats.clean_seconds = time.perf_counter() - started
+    return _written(cleaned, stats, tag)
+
+
+def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]],
+                 maps: list[dict[str, Any]], run_id: str = "") -> CleanResult:
+    """Step 4 (the driver, still under the cleaner lock): every group of the spec, as one attempt wrote
+    it, checked, renamed to its ``.cleaned`` name and swapped in; then the checkpoint and the journal.
+    Raises (having swapped nothing more) if a group is missing or its files are not what its attempt
+    reported; the caller then discards the rest."""
+    directory = ctx.location.directory
+    by_base = {g["base_offset"]: g for g in groups}
+    missing = [sources[0] for sources in spec.groups if sources[0] not in by_base]
+    if missing:
+        raise CleanerError(f"{directory}: no task wrote the groups at {missing}")
+    tp = ctx.location.topic_partition
+    result = CleanResult(tp.topic, tp.partition, ctx.first_dirty_offset, ctx.end_offset)
+    for doc in [*maps, *(g["stats"] for g in groups)]:
+        for key in SUMMED_STATS:
+            setattr(result.stats, key, getattr(result.stats, key) + doc.get(key, 0))
+    result.stats.map_seconds = max((m.get("map_seconds", 0.0) for m in maps), default=0.0)
+    result.stats.clean_seconds = max((g["stats"]["clean_seconds"] for g in groups), default=0.0)
+    for sources in spec.groups:
+        doc = by_base[sources[0]]
+        cleaned = CleanedGroup(doc["base_offset"], list(doc["source_bases"]),
+                               [(int(b), int(size), int(mtime)) for b, size, mtime in doc["fingerprint"]],
+                               int(doc["log_bytes"]), int(doc["log_crc32c"]))
+        if cleaned.source_bases != sources:
+            raise CleanerError(f"{directory}: a task wrote group {cleaned.source_bases}, the round planned {sources}")
+        suffix = attempt_suffix(doc["tag"])
+        written = names.log_file(directory, cleaned.base_offset, suffix)
+        check_cleaned_log(written, cleaned)  # before the rename: a bad attempt leaves no .cleaned name behind
+        for name_of in (names.index_file, names.time_index_file, names.txn_index_file, names.log_file):
+            path = name_of(directory, cleaned.base_offset, suffix)
+            if path.exists():
+                os.replace(path, name_of(directory, cleaned.base_offset, names.CLEANED_SUFFIX))
+        swap_cleaned_group(ctx, cleaned)  # checks the log again, under the partition lock
+        result.groups.append((cleaned.source_bases, cleaned.base_offset))
+    finish_round(ctx, result, run_id)
+    return result
+
+
+def discard_attempts(location: PartitionLocation) -> list[str]:
+    """Remove every task attempt's output left in the partition (the driver holds its cleaner lock, so
+    any file ending in ``.cleaned`` is cleaner output nobody will swap); the names removed."""
+    removed = []
+    for entry in os.scandir(location.directory):
+        if entry.name.endswith(names.CLEANED_SUFFIX) and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+            removed.append(entry.name)
+    return sorted(removed)

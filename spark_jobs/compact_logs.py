@@ -105,6 +105,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="give a partition a key-map stage and one rewrite task per segment group when the bytes "
                         "it recopies exceed N (0: never; default: its fair share of the cores, total / default "
                         "parallelism, and at least 64 MiB)")
+    p.add_argument("--map-memory", type=int, metavar="BYTES",
+                   help="a task's key-map budget: a partition whose map would need more is mapped in parts that "
+                        "share its keys by hash (default: half of spark.executor.pyspark.memory, else 2 GiB)")
     p.add_argument("--max-clock-skew-ms", type=int, default=DEFAULT_MAX_CLOCK_SKEW_MS,
                    help="refuse executors whose clock differs from the driver's by more (default: %(default)s)")
     p.add_argument("--partition-failures-ok", action="store_true",
@@ -332,8 +335,9 @@ def check_executors(sc: Any, job: Job, args: argparse.Namespace) -> Doc:
     slices = max(2, 2 * sc.defaultParallelism)
     before = time.time() * 1000
     sc.setJobGroup("kafkalog-probe", "kafkalog: what the executors see of the log dirs")
+    log_dirs, locks, cache_dir, scratch_dir = job.log_dirs, list(held.values()), job.cache_dir, job.scratch_dir
     views = sc.parallelize(range(slices), slices).map(
-        lambda _: probe(job.log_dirs, expected, list(held.values()), job.cache_dir, job.scratch_dir)).collect()
+        lambda _: probe(log_dirs, expected, locks, cache_dir, scratch_dir)).collect()
     after = time.time() * 1000
     for view in views:
         where = f"the executor on {view['host']} (pid {view['pid']})"
@@ -550,9 +554,11 @@ def remove_stale_scratch(job: Job) -> None:
             run_dir.rmdir()
 
 
-def map_memory(sc: Any) -> int:
-    """A task's key-map budget: half the executor's declared Python memory (spark.executor.pyspark.memory)."""
+def map_memory(sc: Any, args: argparse.Namespace) -> int:
+    """A task's key-map budget: as given, or half the executor's declared Python memory."""
     declared = sc.getConf().get("spark.executor.pyspark.memory", None)
+    if args.map_memory:
+        return int(args.map_memory)
     if not declared:
         return DEFAULT_MAP_MEMORY
     return sc._jvm.org.apache.spark.util.Utils.byteStringAsBytes(declared) // 2
@@ -573,7 +579,7 @@ def clean_on_spark(args: argparse.Namespace, doc: Doc, store: Any, plan: Doc, jo
         timings["executor_check_s"] = round(time.time() - started, 3)
         apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
         remove_stale_scratch(job)
-        plan_rounds(store, job, args.split_bytes, sc.defaultParallelism, map_memory(sc))
+        plan_rounds(store, job, args.split_bytes, sc.defaultParallelism, map_memory(sc, args))
         started = time.time()
         doc["spark"]["stages"] = clean_rounds(sc, job)
         timings["clean_job_s"] = round(time.time() - started, 3)

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +119,13 @@ class NetnsCluster:
             return (self.workdir / f"{name}.out").read_text(errors="replace")
         except OSError:
             return ""
+
+
+def _tail(workdir: Path, name: str) -> str:
+    try:
+        return (workdir / f"{name}.out").read_text(errors="replace")[-3000:]
+    except OSError:
+        return ""
 
 
 def _cmdline(pid: int) -> bytes:
@@ -285,6 +292,27 @@ def netns_cluster(env: Mapping[str, str], workdir: Path, workers: int = 2, *,
         master = launch("master", master_ns, master_host,
                         ["org.apache.spark.deploy.master.Master", "--host", master_host, "--port", str(MASTER_PORT),
                          "--webui-port", str(MASTER_WEBUI_PORT)])
+        webui = f"http://{master_host}:{MASTER_WEBUI_PORT}"
+        deadline = time.monotonic() + timeout_s
+
+        def wait_for(what: str, done: Callable[[dict[str, Any]], bool]) -> None:
+            while True:
+                for proc, name in zip(procs, names, strict=False):
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"{name} exited with {proc.returncode}:\n{_tail(workdir, name)}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no {what} after {timeout_s:.0f} s" + "".join(
+                        f"\n--- {name}\n{_tail(workdir, name)}" for name in names[:len(procs)]))
+                try:
+                    if done(_master_state(webui)):
+                        return
+                except (OSError, ValueError):  # not up yet (or a page that is not JSON yet)
+                    pass
+                time.sleep(0.2)
+
+        # Workers that register while the master is still becoming leader may get no answer and retry only
+        # after ~10 s: start them once it is ALIVE.
+        wait_for("ALIVE master", lambda state: state.get("status") == "ALIVE")
         worker_procs = [
             launch(f"worker{i}", ns, address,
                    ["org.apache.spark.deploy.worker.Worker", "--host", address, "--cores", "1", "--memory", "2g",
@@ -292,22 +320,7 @@ def netns_cluster(env: Mapping[str, str], workdir: Path, workers: int = 2, *,
                    private_mounts.get(i, ()))
             for i, (ns, address) in enumerate(worker_nss)]
         cluster = NetnsCluster(url, driver_host, master_host, [a for _, a in worker_nss], namespaces, master.pid,
-                               [p.pid for p in worker_procs], f"http://{master_host}:{MASTER_WEBUI_PORT}", workdir,
-                               bridge, procs)
-
-        deadline = time.monotonic() + timeout_s
-        alive: list[str] = []
-        while sorted(alive) != sorted(cluster.worker_hosts):
-            for proc, name in zip(procs, names, strict=True):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{cluster.log(name)[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"workers ALIVE after {timeout_s:.0f} s: {alive}, expected {cluster.worker_hosts}"
-                                   f"\n--- master\n{cluster.log('master')[-3000:]}")
-            time.sleep(0.25)
-            try:
-                state = cluster.state()
-            except (OSError, ValueError):  # not up yet (or a page that is not JSON yet)
-                continue
-            alive = [w.get("host") for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+                               [p.pid for p in worker_procs], webui, workdir, bridge, procs)
+        wait_for(f"{workers} ALIVE workers on {cluster.worker_hosts}", lambda state: set(cluster.worker_hosts) <= {
+            w.get("host") for w in state.get("workers", []) if w.get("state") == "ALIVE"})
         yield cluster

@@ -46,7 +46,6 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
-from kafkalog.pipeline.spark import LEAN_JVM_OPTIONS
 from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
 
 pytestmark = pytest.mark.spark
@@ -101,8 +100,6 @@ class JobRun:
 def _start(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, wall_ms: int, *,
            master: str = "local[2]", conf: Sequence[str] = (), job_args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
     cmd = [str(BIN / "spark-submit"), "--master", master]
-    if not any(item.startswith("spark.driver.extraJavaOptions=") for item in conf):
-        cmd += ["--driver-java-options", LEAN_JVM_OPTIONS]  # as the README submits the job
     for item in conf:
         cmd += ["--conf", item]
     cmd += [str(JOB), *[a for d in log_dirs for a in ("--log-dir", str(d))], "--now-ms", str(now_ms),
@@ -287,11 +284,10 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
     assert {(p["topic"], p["partition"]): p["end_offset"] for p in report["partitions"]} == \
         {(r.topic, r.partition): r.end_offset for r in reference.cleaned}
     assert report["totals"]["bytes_written"] == sum(r.stats.bytes_written for r in reference.cleaned)
-    assert set(report["timings"]) >= {"plan_s", "session_start_s", "executor_check_s", "clean_job_s",
-                                      "first_task_started_s", "total_s"}
-    assert set(LEAN_JVM_OPTIONS.split()) <= set(report["spark"]["driver_jvm_options"])
-    # The cleaning stage was queued behind the probe: submitted before the clean phase began.
-    assert report["spark"]["stage"]["submitted_s"] < 0 and report["spark"]["stage"]["error"] is None
+    assert set(report["timings"]) >= {"plan_s", "session_start_s", "executor_check_s", "clean_job_s", "total_s"}
+    # One task per partition, in one stage; no second stage for partitions this small.
+    assert report["spark"]["stages"]["clean"]["tasks"] == 3 and report["spark"]["stages"]["clean"]["error"] is None
+    assert set(report["spark"]["stages"]) == {"clean"}
 
     assert _digest(distributed) == _digest(single)
     assert _digest(distributed) != _digest(template)
@@ -303,8 +299,8 @@ def test_local_job_writes_the_same_bytes_as_the_single_process_cleaner(tmp_path:
 @pytest.mark.parametrize("damaged", ["first", "last"])
 def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path: Path, spark: Spark,
                                                                        damaged: str) -> None:
-    """The key map is built from the last segment back: a damaged last segment fails the round at once,
-    a damaged first one only once the later groups' .cleaned segments are written, which must then go."""
+    """A damaged last segment fails the round's key map; a damaged first one only once the later groups'
+    .cleaned segments are written (the first group is written first, so none here), which must then go."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=12)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
@@ -338,44 +334,42 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
     assert "locked" in by_partition[1]["error"]
     assert by_partition[2]["status"] == "failed" and not by_partition[2]["ok"]
     error = by_partition[2]["error"]
-    assert "a worker failed" in error and "record is corrupt" in error, error
+    assert "record is corrupt" in error, error
     totals = run.report["totals"]
     assert (totals["cleaned"], totals["locked"], totals["failed"]) == (1, 1, 1)
-    assert run.report["spark"]["stage"]["task_errors"] == []  # the round failed, not the tasks
+    assert run.report["spark"]["stages"]["clean"]["error"] is None  # the round failed, not Spark
 
     assert {d: _digest(d) for d in (locked, corrupt)} == before
     assert _digest(distributed / f"{TOPIC}-0") == _digest(single / f"{TOPIC}-0")
 
 
-def _check_rounds(run: JobRun, partitions: int, tasks_lost: bool = False, parts: int = 1) -> set[str]:
-    """Every partition was cleaned in one stage of one task per core (``parts`` key-map parts per
-    partition, every group written once by the tasks that reported, which are all of them unless some
-    were lost); the executors that did the work."""
+def _check_rounds(run: JobRun, partitions: int, parts: int = 0) -> set[str]:
+    """Every partition was cleaned: in one task each (``parts`` 0), or in a key-map stage of ``parts`` tasks
+    each and a rewrite stage of a task per group; the executors that did the work."""
     assert run.code == 0, run.explain()
     rounds = [p.get("round") for p in run.report["partitions"]]
     assert len(rounds) == partitions and all(r and r["map_parts"] == parts and r["groups"] > 1 and
-                                             len(r["map_task_s"]) == parts and len(r["group_task_s"]) == r["groups"]
+                                             r["tasks"] == (parts + r["groups"] if parts else 1)
                                              for r in rounds), rounds
-    stage = run.report["spark"]["stage"]
-    assert stage["tasks"] == run.report["spark"]["default_parallelism"] and stage["rounds"] == partitions, stage
-    groups = sum(r["groups"] for r in rounds if r)
-    assert (sum(stage["groups_per_task"]) <= groups if tasks_lost else sum(stage["groups_per_task"]) == groups), stage
-    return {w for r in rounds if r for w in r["workers"]}
+    stages = run.report["spark"]["stages"]
+    assert stages["clean"]["tasks"] == partitions * max(1, parts) and stages["clean"]["error"] is None, stages
+    if parts:
+        assert stages["rewrite"]["tasks"] == sum(r["groups"] for r in rounds if r), stages
+    return {e for r in rounds if r for e in r["executors"]}
 
 
 def test_local_job_with_key_maps_in_parts_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
-    """local[4]: four tasks, each partition's key map built in two hash-shared parts at once. Submitted
-    with FAIR scheduling, which the job overrides (its cleaning stage waits behind the probe), saying so."""
+    """local[4], the huge-partition path forced: each partition's key map built in a stage of its own, in
+    two hash-shared parts (a key-map budget too small for one), then a stage of one task per group."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=20, seed=3)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
+    dirty = max(sum(f.stat().st_size for f in (template / f"{TOPIC}-{p}").glob("*.log")) for p in range(3))
     run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master="local[4]",
-                  conf=["spark.scheduler.mode=FAIR"], job_args=["--split-bytes", "1"])
+                  job_args=["--split-bytes", "1", "--map-memory", str(dirty)])  # 1.5 x dirty bytes: 2 parts
     _print_timings("local[4], key maps in 2 parts", run)
-    # spark-submit merges the Python driver's stderr into its stdout
-    assert "warning: spark.scheduler.mode=FAIR is overridden with FIFO" in run.stdout, run.explain()
     _check_rounds(run, 3, parts=2)
     assert _digest(distributed) == _digest(single)
     scratch = Path(run.report["scratch_dir"])
@@ -399,8 +393,8 @@ def test_standalone_cluster_writes_the_same_bytes(tmp_path: Path, spark: Spark) 
     print(f"\nstandalone: master + 2 workers ALIVE after {cluster_s:.1f} s")
     _print_timings("standalone", run)
     assert run.report["spark"]["master"] == url
-    workers = _check_rounds(run, 3)
-    assert len(workers) == 2 and "driver" not in workers, run.report["partitions"]  # both executors cleaned
+    executors = _check_rounds(run, 3)
+    assert len(executors) == 2 and not any(e.endswith("/driver") for e in executors), executors  # both cleaned
     assert _digest(distributed) == _digest(single)
     assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
@@ -517,11 +511,8 @@ class _LocalContext:
     def setJobGroup(self, group: str, description: str) -> None:  # noqa: N802 - SparkContext's name
         self.job_groups.add(group)
 
-    def statusTracker(self) -> _LocalContext:  # noqa: N802
-        return self
-
-    def getJobIdsForGroup(self, group: str) -> list[int]:  # noqa: N802 - the status tracker's
-        return [0] if group in self.job_groups else []
+    def getConf(self) -> dict[str, str]:  # noqa: N802 - SparkContext's name
+        return {}
 
     def stop(self) -> None:
         pass
@@ -545,6 +536,7 @@ def _load_job() -> Any:
     spec = importlib.util.spec_from_file_location("compact_logs_job", JOB)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -574,12 +566,21 @@ def test_executors_that_do_not_share_the_log_dir_are_refused(tmp_path: Path, vie
             hidden.rename(log_dir)
 
     sc = _LocalContext(executor_view)
-    if view == "same":
-        seen = job.check_executors_see(sc, [str(log_dir)], targets, store, str(tmp_path / "cache"))
-        assert seen["probe_tasks"] == 2
-        return
-    with pytest.raises(job.JobError) as refused:
-        job.check_executors_see(sc, [str(log_dir)], targets, store, str(tmp_path / "cache"))
+    job_state = job.Job([str(log_dir)], str(tmp_path / "cache"), str(tmp_path / "scratch"), tmp_path / "run", 0, 0,
+                        "run", {}, [job.Round({**t, "first_dirty_offset": 0, "first_uncleanable_offset": 1}, {})
+                                    for t in targets])
+    job.lock_rounds(store, job_state)
+    args = job.parse_args(["--report", "r.json", "--now-ms", "0"])
+    try:
+        if view == "same":
+            seen = job.check_executors(sc, job_state, args)
+            assert seen["probe_tasks"] == 2
+            return
+        with pytest.raises(job.JobError) as refused:
+            job.check_executors(sc, job_state, args)
+    finally:
+        for r in job_state.rounds:
+            r.end()
     message = str(refused.value)
     assert str(log_dir) in message and "shared" in message and "executor on" in message
     assert ("does not exist" if view == "missing" else f"{TOPIC}-0") in message
@@ -589,7 +590,7 @@ def _main_in_process(job: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, 
                      wall_ms: int) -> tuple[int, dict[str, Any]]:
     """The whole driver (``main``) with ``_LocalContext`` for Spark: its exit code and its report."""
     monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # round_task sets it if unset: restored after
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # run_task sets it if unset: restored after
     report = tmp_path / "report.json"
     code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
                      "--report", str(report), "--numba-cache-dir", str(tmp_path / "cache"),
@@ -602,8 +603,7 @@ def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: 
     """The whole driver (``main``), its one stage run here by ``_LocalContext``: planning partition 1
     raises an error no kafkalog code raises on purpose (a bug). That partition is reported failed and left
     as it was with its cleaner lock free; the others are cleaned to the single-process bytes; exit 2."""
-    from kafkalog.maintenance import split_clean
-    from kafkalog.maintenance.warmup import warm
+    from kafkalog.maintenance import cleaning_tasks
 
     job = _load_job()
     template = tmp_path / "template"
@@ -612,22 +612,21 @@ def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: 
     expected = _copy(template, tmp_path / "expected")
     _compact_single_process(expected, now_ms, wall_ms)
     log_dir = _copy(template, tmp_path / "logs")
-    planned = split_clean.plan_round
-    warm()  # before the bug goes in: warming up plans a round of its own (here, in this process, once)
+    planned = cleaning_tasks.plan_round
 
-    def plan_round(store: LogStore, location: Any, *rest: Any) -> Any:
+    def plan_round(store: LogStore, location: Any, *rest: Any, **kwargs: Any) -> Any:
         if location.topic_partition.partition == 1:
             raise ZeroDivisionError("a bug in planning")
-        return planned(store, location, *rest)
+        return planned(store, location, *rest, **kwargs)
 
-    monkeypatch.setattr(split_clean, "plan_round", plan_round)
+    monkeypatch.setattr(cleaning_tasks, "plan_round", plan_round)
     code, doc = _main_in_process(job, monkeypatch, tmp_path, log_dir, now_ms, wall_ms)
 
     assert code == 2 and doc["status"] == "partitions-failed"
     by_partition = {p["partition"]: p for p in doc["partitions"]}
     assert sorted(by_partition) == [0, 1, 2]
     failed = by_partition[1]
-    assert (failed["ok"], failed["status"], failed["error_type"]) == (False, "failed", "ZeroDivisionError")
+    assert (failed["ok"], failed["status"]) == (False, "failed")
     assert failed["error"] == "unexpected ZeroDivisionError: a bug in planning"
     assert all(by_partition[p]["status"] == "cleaned" for p in (0, 2))
     assert doc["totals"]["cleaned"] == 2 and doc["totals"]["failed"] == 1
@@ -650,38 +649,3 @@ def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: 
     assert {p for p in got if p.startswith(f"{TOPIC}-1/")} == {p for p in before if p.startswith(f"{TOPIC}-1/")}
     with cleaner_lock(log_dir / f"{TOPIC}-1", timeout_s=0):
         pass  # released: the next cycle can clean it
-
-
-def test_a_refusing_probe_calls_off_the_stage_queued_behind_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The cleaning stage is submitted behind the executor probe and its tasks wait for plans. When the probe
-    refuses (an executor without the log dir), the driver tells them no round will come: they return, the
-    job exits 1 and nothing in the log dir changed."""
-    job = _load_job()
-    log_dir = tmp_path / "logs"
-    _build(log_dir, segments=4)
-    before = _digest(log_dir)
-    now_ms, wall_ms = _clocks()
-    tasks_done: list[dict[str, Any]] = []
-    round_task = job.round_task
-
-    def blind_probe(log_dirs: Sequence[str], *rest: Any) -> dict[str, Any]:
-        view = {"host": "elsewhere", "pid": 1, "executor": "1", "dirs": {d: ["does not exist or is not a directory"]
-                                                                     for d in log_dirs}}
-        return {**view, "cache_problem": None, "scratch_problem": None, "warm_s": 0.0}
-
-    def recorded_round_task(item: dict[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = round_task(item)
-        tasks_done.append(out)
-        return out
-
-    monkeypatch.setattr(job, "probe_dirs", blind_probe)
-    monkeypatch.setattr(job, "round_task", recorded_round_task)
-    started = time.monotonic()
-    code, doc = _main_in_process(job, monkeypatch, tmp_path, log_dir, now_ms, wall_ms)
-
-    assert code == 1 and doc["status"] == "refused"
-    assert f"log dir {log_dir} does not exist" in doc["error"] and "executor on elsewhere" in doc["error"]
-    assert [(t["ok"], t["rounds"]) for t in tasks_done] == [(True, {})]  # it ran, was told, and did nothing
-    assert time.monotonic() - started < 30
-    assert _digest(log_dir) == before
-    assert os.listdir(tmp_path / "scratch") == []  # the run dir went too

@@ -129,7 +129,7 @@ def _check_listening(cluster: NetnsCluster, result: ClusterRun) -> None:
         assert not wrong, f"{ns} (address {own}) listens elsewhere: {wrong}"
         assert not any(lst.wildcard for lst in found), (ns, found)
     print(f"\nlistening: driver {sorted(driver)}; "
-          + "; ".join(f"{ns} {sorted({(lst.address, lst.port) for lst in found})}"
+          + "; ".join(f"{ns} {sorted({(lst.address, lst.port, lst.process.split(',')[0]) for lst in found})}"
                       for ns, found in result.cluster_listening.items()))
 
 
@@ -225,6 +225,8 @@ def test_an_executor_killed_mid_stage_leaves_every_partition_old_or_new(tmp_path
     print(f"\nspark-submit exit {run.code} after {run.seconds:.1f} s; status {run.report.get('status')}; "
           f"timings {run.report.get('timings')}; stage {run.report.get('spark', {}).get('stage')}")
     assert kills, f"no executor was killed: the job ended before a .cleaned segment was seen\n{run.explain()}{logs}"
+    # The driver saw the executor go with a task of the cleaning stage running (spark-submit's log at WARN).
+    assert "Lost task" in run.stdout + run.stderr, run.explain()
     _check_listening(cluster, result)
 
     if run.code == 0:

@@ -115,15 +115,13 @@ class NetnsCluster:
 
     def log(self, name: str) -> str:
         """The output of "master" or "worker<i>"."""
-        try:
-            return (self.workdir / f"{name}.out").read_text(errors="replace")
-        except OSError:
-            return ""
+        return _tail(self.workdir, name, None)
 
 
-def _tail(workdir: Path, name: str) -> str:
+def _tail(workdir: Path, name: str, chars: int | None = 3000) -> str:
     try:
-        return (workdir / f"{name}.out").read_text(errors="replace")[-3000:]
+        text = (workdir / f"{name}.out").read_text(errors="replace")
+        return text if chars is None else text[-chars:]
     except OSError:
         return ""
 
@@ -236,17 +234,6 @@ def _delete_namespace(namespace: str) -> None:
     _ip("netns", "del", namespace, check=False)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    """kill_tree, and the descendants a dead leader left behind (re-parented ones the namespaces catch)."""
-    left = descendants(proc.pid) if proc.poll() is None else []
-    kill_tree(proc)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def _command(namespace: str, argv: Sequence[str], mounts: Sequence[tuple[Path, Path]]) -> list[str]:
     if not mounts:
         return ["ip", "netns", "exec", namespace, *argv]
@@ -285,7 +272,7 @@ def netns_cluster(env: Mapping[str, str], workdir: Path, workers: int = 2, *,
             with open(workdir / f"{name}.out", "wb") as log:
                 proc = subprocess.Popen(_command(namespace, [str(BIN / "spark-class"), *argv], mounts), env=proc_env,
                                         stdout=log, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
-            stack.callback(_kill, proc)
+            stack.callback(kill_tree, proc)  # the namespace's deletion kills what got away
             procs.append(proc)
             return proc
 

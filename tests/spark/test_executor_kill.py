@@ -1,24 +1,20 @@
 """Killing Spark executors mid-task (``spark_jobs/compact_logs.py`` on a standalone cluster).
 
-A master and two one-core workers on 127.0.0.1 run the job over three compactable partitions: one stage of
-one task per core, each task building key maps and writing segment groups of any partition, each claimed
-with an ``flock`` on the partition's board in the scratch dir; the driver holds every cleaner lock and
-swaps a partition in once its board is complete. Three times in one job an executor is SIGKILLed while one
-of its tasks holds such a claim: that task's Python worker, seen holding it, is frozen with SIGSTOP; if it
-still holds it, the files are noted and the executor's whole tree (its JVM, pyspark's daemon and workers:
-descendants of the standalone workers, stopped and then killed by id, never by name) is killed. The
-moments: (1) a worker writing a group, once its ``.cleaned`` segment is begun (and both executors' workers
-have held a claim: a task still starting fetches its binary from the peer executor, and waits 5 s to
-retry if that one dies); (2) the next worker seen
-with a claim after kill 1, at once; (3) a worker first seen after kill 2 (typically a relaunched
-executor's), at its first claim. The claims of the dead are free again: the other task or a retry takes
-them over from the start. Spark re-runs lost tasks on a surviving or a relaunched executor and finishes,
-or gives up: either is fine.
+A master and two one-core workers on 127.0.0.1 run the job over three compactable partitions, one task
+per partition; each task attempt writes its groups' ``.cleaned`` segments under a name of its own, and
+only the driver checks and swaps them in. Three times in one job an executor is SIGKILLed while one of
+its tasks is writing such a segment (its Python worker has the file open): that worker is frozen with
+SIGSTOP; if it still has the file open, the files are noted and the executor's whole tree (its JVM,
+pyspark's daemon and workers: descendants of the standalone workers, stopped and then killed by id,
+never by name) is killed. The moments: (1) a worker writing a group (once both executors' workers have
+written: a task still starting fetches its binary from the peer executor, and waits 5 s to retry if
+that one dies); (2) the next worker seen writing after kill 1, at once; (3) a worker first seen after
+kill 2 (typically a relaunched executor's). Spark re-runs lost tasks on a surviving or a relaunched
+executor and finishes, or gives up: either is fine.
 
 Afterwards ``kafkalog recover`` and ``kafkalog verify`` must pass, every partition must keep each key's
 latest value, and every segment group must be wholly old or wholly new. If the job finished, every
-partition must be byte for byte the single-process result (no executor swaps anything: a kill never
-leaves a partition partly swapped).
+partition must be byte for byte the single-process result, with no attempt's file left behind.
 """
 
 from __future__ import annotations
@@ -102,9 +98,9 @@ def _wait_stopped(pids: Iterable[int]) -> None:
             time.sleep(0.001)
 
 
-def _open_claims(pid: int, scratch: Path) -> set[tuple[str, str]]:
-    """(partition dir, claim) of every board lock file under ``scratch`` this process has open: a claim is
-    open (and locked) only while its holder builds that key-map part or writes that group."""
+def _open_outputs(pid: int, log_dir: Path) -> set[tuple[str, str]]:
+    """(partition dir, file name) of every task attempt's output under ``log_dir`` this process has open:
+    open only while its task writes that group."""
     out: set[tuple[str, str]] = set()
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
@@ -115,29 +111,29 @@ def _open_claims(pid: int, scratch: Path) -> set[tuple[str, str]]:
             target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
-        if target.suffix == ".lock" and scratch in target.parents:
-            out.add((target.parent.name, target.stem))
+        if target.name.endswith(names.CLEANED_SUFFIX) and log_dir in target.parents:
+            out.add((target.parent.name, target.name))
     return out
 
 
 @dataclass(frozen=True)
 class Holder:
-    """One task attempt's Python worker holding a claim."""
+    """One task attempt's Python worker writing a group."""
 
     partition_dir: str
-    claim: str  # map-<part> or group-<base offset>
+    claim: str  # the output file's name
     pid: int  # the Python worker
     executor: int  # that worker's executor JVM
 
 
 class _ExecutorWatch:
     """The executors' Python processes, found as descendants of the standalone workers (re-listed every
-    0.1 s or on demand: a walk of /proc costs milliseconds of a machine the job shares), and the claims
-    they hold (checked on every call)."""
+    0.1 s or on demand: a walk of /proc costs milliseconds of a machine the job shares), and the outputs
+    they have open (checked on every call)."""
 
-    def __init__(self, worker_pids: Iterable[int], scratch: Path | None = None) -> None:
+    def __init__(self, worker_pids: Iterable[int], log_dir: Path | None = None) -> None:
         self.worker_pids = list(worker_pids)
-        self.scratch = scratch
+        self.log_dir = log_dir
         self.python: dict[int, int] = {}  # Python process -> its executor JVM
         self.listed_at = -1.0
 
@@ -159,9 +155,9 @@ class _ExecutorWatch:
     def holders(self) -> list[Holder]:
         if time.monotonic() - self.listed_at > 0.1:
             self.relist()
-        assert self.scratch is not None
+        assert self.log_dir is not None
         return [Holder(name, claim, pid, executor) for pid, executor in self.python.items()
-                for name, claim in sorted(_open_claims(pid, self.scratch))]
+                for name, claim in sorted(_open_outputs(pid, self.log_dir))]
 
 
 def _kill_executor(executor: int) -> list[int]:
@@ -202,18 +198,12 @@ def _warm_numba_cache(spark: Spark, scratch_log_dir: Path) -> subprocess.Popen[b
 
 # --- the kills ------------------------------------------------------------------------------------------
 def _in_flight(partition_dir: Path) -> dict[str, int]:
-    """A partition's segments in flight: ``.cleaned`` (written, one log file a group), ``.swap`` files,
-    and old log files swapped out (``.deleted``)."""
+    """A partition's segments in flight: ``.cleaned`` (written, one log file a group, under an attempt's
+    name or the driver's), ``.swap`` files, and old log files swapped out (``.deleted``)."""
     files = os.listdir(partition_dir)
-    return {"cleaned": sum(n.endswith(names.LOG_SUFFIX + names.CLEANED_SUFFIX) for n in files),
+    return {"cleaned": sum(".log." in n and n.endswith(names.CLEANED_SUFFIX) for n in files),
             "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files),
             "swapped_out": sum(n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX) for n in files)}
-
-
-def _group_begun(log_dir: Path, holder: Holder) -> bool:
-    """Whether the group this holder writes has its .cleaned segment on disk yet."""
-    log = names.log_file(log_dir / holder.partition_dir, int(holder.claim.split("-", 1)[1]))
-    return log.with_name(log.name + names.CLEANED_SUFFIX).exists()
 
 
 @dataclass
@@ -227,8 +217,8 @@ class Kill:
 
     def describe(self) -> str:
         return (f"{self.moment}: at {self.at_s:.2f} s SIGKILLed executor {self.executor_id} (JVM pid "
-                f"{self.holder.executor}; pids {self.killed}) while its Python worker {self.holder.pid} held "
-                f"{self.holder.partition_dir}'s {self.holder.claim}; its files then: {self.state}")
+                f"{self.holder.executor}; pids {self.killed}) while its Python worker {self.holder.pid} wrote "
+                f"{self.holder.partition_dir}/{self.holder.claim}; its files then: {self.state}")
 
 
 def _executor_id(executor: int) -> str:
@@ -236,14 +226,14 @@ def _executor_id(executor: int) -> str:
     return args[args.index(b"--executor-id") + 1].decode() if b"--executor-id" in args else "?"
 
 
-def _try_kill(holder: Holder, moment: str, log_dir: Path, scratch: Path, t0: float) -> Kill | None:
-    """Freeze the holder; if it still holds its claim it is mid-work: note the files, kill its executor."""
+def _try_kill(holder: Holder, moment: str, log_dir: Path, t0: float) -> Kill | None:
+    """Freeze the writer; if it still has its output open it is mid-work: note the files, kill its executor."""
     try:
         os.kill(holder.pid, signal.SIGSTOP)
     except ProcessLookupError:
         return None
     _wait_stopped([holder.pid])
-    if (holder.partition_dir, holder.claim) not in _open_claims(holder.pid, scratch):  # done meanwhile
+    if (holder.partition_dir, holder.claim) not in _open_outputs(holder.pid, log_dir):  # done meanwhile
         os.kill(holder.pid, signal.SIGCONT)
         return None
     at_s = time.perf_counter() - t0
@@ -254,10 +244,9 @@ def _try_kill(holder: Holder, moment: str, log_dir: Path, scratch: Path, t0: flo
 
 # (name, whether a holder first seen after the previous kill qualifies)
 MOMENTS: list[tuple[str, Callable[[Holder, Path], bool]]] = [
-    ("kill 1, a worker writing a group, its .cleaned segment begun",
-     lambda h, log_dir: h.claim.startswith("group-") and _group_begun(log_dir, h)),
-    ("kill 2, the next worker seen with a claim, at once", lambda h, log_dir: True),
-    ("kill 3, a worker first seen after kill 2, at its first claim", lambda h, log_dir: True),
+    ("kill 1, a worker writing a group's .cleaned segment", lambda h, log_dir: ".log." in h.claim),
+    ("kill 2, the next worker seen writing, at once", lambda h, log_dir: True),
+    ("kill 3, a worker first seen after kill 2, at its first output", lambda h, log_dir: True),
 ]
 
 
@@ -270,12 +259,12 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
                   job_args=["--scratch-dir", str(scratch)])
     kills: list[Kill] = []
     earlier: set[int] = set()  # kill 3: the Python workers alive at kill 2 do not qualify
-    # Kill 1 waits until both executors' workers have held a claim: a task that has not started yet fetches
+    # Kill 1 waits until both executors' workers have written: a task that has not started yet fetches
     # the stage's task binary from its peer executor, and if that one dies meanwhile it retries after 5 s
     # (spark.shuffle.io.retryWait); the job then went on with the other executor's task alone and
     # finished before any relaunched executor could be the third kill's.
     claimed_by: set[int] = set()
-    watch = _ExecutorWatch(cluster_pids[1:], scratch.resolve())  # the workers (the master comes first)
+    watch = _ExecutorWatch(cluster_pids[1:], log_dir.resolve())  # the workers (the master comes first)
     listening: set[str] = set()
     listened_at = 0.0
     try:
@@ -294,7 +283,7 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
                 for holder in holders:
                     if holder.pid in earlier or not qualifies(holder, log_dir) or len(claimed_by) < 2:
                         continue
-                    kill = _try_kill(holder, moment, log_dir, scratch.resolve(), t0)
+                    kill = _try_kill(holder, moment, log_dir.resolve(), t0)
                     if kill is not None:
                         kills.append(kill)
                         print(f"\n{kill.describe()}", flush=True)
@@ -341,11 +330,11 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
         kill_tree(warm)
     print(f"\nlogs built and cluster ALIVE after {cluster_s:.1f} s (numba warm-up still running: {warm_running}); "
           f"spark-submit exit {run.code} after {run.seconds:.1f} s; status {run.report.get('status')}; "
-          f"timings {run.report.get('timings')}; stage {run.report.get('spark', {}).get('stage')}")
+          f"timings {run.report.get('timings')}; stages {run.report.get('spark', {}).get('stages')}")
     for r in run.report.get("partitions", []):
         print(f"  {r['topic']}-{r['partition']}: {r['status']} {r.get('error') or ''} {r.get('round')}")
     assert len(kills) == len(MOMENTS), f"{len(kills)} kills: {[k.describe() for k in kills]}\n{run.explain()}"
-    assert kills[0].state["cleaned"] and kills[0].holder.claim.startswith("group-"), kills[0].describe()
+    assert kills[0].state["cleaned"] and ".log." in kills[0].holder.claim, kills[0].describe()
     assert run.listening and all(ipaddress.ip_address(a).is_loopback for a in run.listening), run.listening
 
     if run.code == 0:
@@ -356,7 +345,8 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
             name = f"{TOPIC}-{p}"
             assert _records(victim, p) == reference[p], f"{name}: not the single-process cleaner's records"
             assert _digest(victim / name) == _digest(ref / name), f"{name}: not the single-process cleaner's bytes"
-        assert not any((tmp_path / "scratch").iterdir()), "the run's boards were left behind"
+        assert not any((tmp_path / "scratch").iterdir()), "the run's scratch dir was left behind"
+        assert not [p for p in victim.rglob("*") if p.name.endswith(names.CLEANED_SUFFIX)], "attempts left behind"
     else:
         print(f"the job gave up (acceptable): {run.explain()}")
 

@@ -1,34 +1,33 @@
-"""Crashes while the Spark job cleans its partitions in one stage of one task per core.
+"""Crashes while the Spark job cleans its partitions (``spark_jobs/compact_logs.py``).
 
-The driver holds every partition's cleaner lock from planning until the partition is swapped in; the
-tasks build the key maps (on a board per partition in the scratch dir) and write each segment group's
-``.cleaned`` segment beside its sources as soon as its map has passed it, any task any partition's; the
-driver swaps each partition in as soon as its board is complete, while the stage goes on
-(``spark_jobs/compact_logs.py``, ``clean_rounds``; ``kafkalog/maintenance/split_clean.py``).
+The driver holds every partition's cleaner lock from before the probe until the partition is committed;
+the tasks write each segment group's ``.cleaned`` segment beside its sources under their attempt's own
+name, and the driver alone checks each group against what its attempt reported and swaps it in.
 
-1. On a standalone cluster (a master and two one-core workers on 127.0.0.1) an executor is SIGKILLed twice
-   in one job: once while a task of the cleaning stage runs, early (a key map being built), and once after
-   the other task's Python worker has done all the work there was and gone quiet but before its executor
-   could report the result, so the retried attempts find the work done on the boards. Which task runs
-   where comes from the driver's scheduler log (``TaskSetManager`` at INFO, the rest at WARN); the executor
-   (its JVM, pyspark's daemon and workers: descendants of the standalone workers, stopped and then killed
-   by id, never by name) is frozen first, so what it was doing can be checked before it dies. Spark must
-   retry the lost tasks and the job must finish: exit 0, every partition cleaned, byte for byte the
-   single-process result, the run's scratch dir gone and no ``.cleaned`` file left.
+1. On a standalone cluster (a master and two one-core workers on 127.0.0.1), the huge-partition path
+   forced (a key-map stage of two hash-shared parts per partition, then a rewrite stage of one task per
+   group), an executor is SIGKILLed twice in one job: once while a key-map task runs, early, and once
+   after a rewrite task's Python worker has done its work and gone quiet but before its executor could
+   report the result, so the retried attempt writes the group again under its own name beside the lost
+   one's files. Which task runs where comes from the driver's scheduler log (``TaskSetManager`` at INFO,
+   the rest at WARN); the executor (its JVM, pyspark's daemon and workers: descendants of the standalone
+   workers, stopped and then killed by id, never by name) is frozen first, so what it was doing can be
+   checked before it dies. Spark must retry the lost tasks and the job must finish: exit 0, every
+   partition cleaned, byte for byte the single-process result, the run's scratch dir gone and no
+   ``.cleaned`` file left.
 2. On ``local[2]`` the whole job (spark-submit's process group, stopped at once, then it and its descendants
-   killed) is SIGKILLed: while the stage runs (half of a partition's groups' ``.cleaned`` segments written,
-   nothing swapped yet), or as soon as the driver's first swap has marked an old segment ``.deleted``
-   (typically mid-swap: ``.swap`` files in place). At most one partition is then partly swapped in (the
-   driver swaps one at a time). The poller shares the two cores with the job and may see the moment late
-   (a partition's swaps take a few ms): a kill that missed it is checked all the same and tried again,
-   up to three times. ``kafkalog recover`` and ``kafkalog verify`` must pass, no key may lose its latest
-   value, every segment group must be wholly old or wholly new, and the job run again (with the killed
-   run's id, so it meets the stale boards) must exit 0 with the single-process cleaner's records, byte
-   for byte what the single-process cleaner makes of the same recovered log dir, and byte for byte the
-   single-process result from the original logs for every partition without a group swapped in at the
-   kill (all of them, when killed before the first swap). A partition killed with some groups swapped
-   in is recleaned with their smaller segments grouped anew (by either cleaner), so its segments differ
-   from a one-pass result while its records do not.
+   killed) is SIGKILLed: while the stage runs (half of a partition's groups written, nothing swapped yet),
+   or as soon as the driver's first swap has marked an old segment ``.deleted`` (typically mid-swap:
+   ``.swap`` files in place). At most one partition is then partly swapped in (the driver commits one at
+   a time). The poller shares the two cores with the job and may see the moment late: a kill that missed
+   it is checked all the same and tried again, up to three times. ``kafkalog recover`` and ``kafkalog
+   verify`` must pass, no key may lose its latest value, every segment group must be wholly old or wholly
+   new, and the job run again (with the killed run's id, so it meets its stale scratch dir) must exit 0
+   with the single-process cleaner's records, byte for byte what the single-process cleaner makes of the
+   same recovered log dir, and byte for byte the single-process result from the original logs for every
+   partition without a group swapped in at the kill. A partition killed with some groups swapped in is
+   recleaned with their smaller segments grouped anew (by either cleaner), so its segments differ from a
+   one-pass result while its records do not.
 
 Skipped with the reason when pyspark or Java is missing, except under ``CI=true`` where that fails.
 """
@@ -104,9 +103,9 @@ EXECUTOR_IN_LINE = re.compile(r"executor (\w+)")
 # --- shared by both tests -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def warm(spark: Spark) -> Iterator[subprocess.Popen[bytes]]:
-    """Compile the cleaner's kernels (one pass and split) into the executors' numba cache while the logs
-    are built and the cluster starts: the executors' probes then only load them (else every executor
-    would compile them, seconds of CPU each)."""
+    """Compile the cleaner's kernels into the executors' numba cache while the logs are built and the
+    cluster starts: the executors' tasks then only load them (else every executor would compile them,
+    seconds of CPU each)."""
     env = dict(spark.env, NUMBA_CACHE_DIR=str(spark.numba_cache_dir))
     with open(spark.scratch / "warm.out", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from kafkalog.maintenance.warmup import warm; warm()"],
@@ -152,13 +151,16 @@ def _leftovers(log_dir: Path) -> list[str]:
     return sorted(p.name for p in log_dir.rglob("*") if p.name.endswith((names.CLEANED_SUFFIX, names.SWAP_SUFFIX)))
 
 
-def _boards(scratch: Path, run_id: str) -> list[Path]:
-    """The boards of the partitions being cleaned (the driver makes them as it plans the rounds and removes
-    them when the stage is over); the files beside them are the plans and the settled markers."""
-    try:
-        return sorted(e for e in (scratch / run_id).iterdir() if e.is_dir())
-    except OSError:
-        return []
+def _huge_path(log_dir: Path) -> list[str]:
+    """Every partition's key map in a stage of its own, in two parts: a key-map budget under the 1.5 bytes
+    per dirty byte that one map of the largest partition would take (the partitions are alike)."""
+    largest = max(sum(f.stat().st_size for f in d.glob("*.log")) for d in log_dir.glob(f"{TOPIC}-*"))
+    return ["--split-bytes", "1", "--map-memory", str(largest)]
+
+
+def _map_files(scratch: Path, run_id: str) -> list[str]:
+    """The key-map parts the map stage's attempts saved (the driver removes the run's dir at the end)."""
+    return sorted(p.name for p in (scratch / run_id).rglob("*.json"))
 
 
 # --- 1. executors killed mid-stage ----------------------------------------------------------------------
@@ -215,8 +217,8 @@ class DriverLog:
 
 
 def _stage_kind(stage: int) -> str:
-    """Stage 0 probes the executors; stage 1 cleans every partition."""
-    return "probe" if stage == 0 else "clean"
+    """Stage 0 probes the executors; stage 1 builds the key maps (or cleans whole partitions); 2 rewrites."""
+    return ("probe", "clean", "rewrite")[min(stage, 2)]
 
 
 def _executor_jvms(worker_pids: Iterable[int]) -> dict[str, int]:
@@ -285,14 +287,15 @@ def _wait_idle(pids: list[int], timeout_s: float = 5.0) -> bool:
 @dataclass(frozen=True)
 class Moment:
     name: str
+    stage: str  # the stage whose task is killed
     after_s: float  # how long the attempt must have run (as seen here) before its executor is frozen
     let_python_finish: bool  # only the JVM frozen first, till its Python worker has done its work and is quiet
 
 
 MOMENTS = [
-    Moment("kill 1, a cleaning task early in its run", 0.03, False),
-    Moment("kill 2, a cleaning task whose worker has done all the work there was and gone quiet, its result not "
-           "sent", 0.02, True),
+    Moment("kill 1, a key-map task early in its run", "clean", 0.03, False),
+    Moment("kill 2, a rewrite task whose worker has written its group and gone quiet, its result not sent",
+           "rewrite", 0.02, True),
 ]
 
 
@@ -303,7 +306,7 @@ class Kill:
     attempt: Attempt
     jvm: int
     killed: list[int]
-    files: dict[str, object] = field(default_factory=dict)  # what the partitions and boards held while it was frozen
+    files: dict[str, object] = field(default_factory=dict)  # what the partitions and scratch held while it was frozen
 
     def describe(self) -> str:
         a = self.attempt
@@ -313,7 +316,7 @@ class Kill:
 
 
 def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch, log: DriverLog, log_dir: Path,
-              boards: list[Path], t0: float) -> Kill | None:
+              maps: list[str], t0: float) -> Kill | None:
     """Freeze the attempt's executor (first only its JVM, if its Python worker is to finish its task), check
     that the driver has not seen the attempt finish, note the files, kill. None if it was too late."""
     files: dict[str, object] = {}
@@ -344,7 +347,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch,
         return None
     at_s = time.perf_counter() - t0
     files.update({d.name: _in_flight(d) for d in sorted(log_dir.glob(f"{TOPIC}-*"))})
-    files["boards"] = {b.name: len(os.listdir(b)) for b in boards if b.is_dir()}
+    files["key_map_parts_saved"] = len(maps)
     _kill_all(stopped)
     return Kill(moment, at_s, attempt, jvm, stopped, files)
 
@@ -356,7 +359,7 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
     proc = _start(spark, [log_dir], report, logs.now_ms, logs.wall_ms, master=url,
                   conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
                         f"spark.driver.extraJavaOptions={driver_opts}", f"spark.executor.extraJavaOptions={QUICK_JVM}"],
-                  job_args=["--scratch-dir", str(scratch), "--run-id", run_id])
+                  job_args=["--scratch-dir", str(scratch), "--run-id", run_id, *_huge_path(log_dir)])
     log = DriverLog(report.with_suffix(".stderr"))
     watch = _ExecutorWatch(workers)
     kills: list[Kill] = []
@@ -366,18 +369,18 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
                 pytest.fail(f"spark-submit still running after {JOB_TIMEOUT_S} s; kills: "
                             + "; ".join(k.describe() for k in kills))
             log.poll()
-            boards = _boards(scratch, run_id)
-            if len(kills) < len(MOMENTS) and boards:
+            if len(kills) < len(MOMENTS):
                 moment = MOMENTS[len(kills)]
                 killed = {k.attempt.tid for k in kills}
                 now = time.perf_counter()
-                candidates = [a for a in log.running() if _stage_kind(a.stage) == "clean" and a.tid not in killed
-                              and now - a.seen_at >= moment.after_s]
+                candidates = [a for a in log.running() if _stage_kind(a.stage) == moment.stage
+                              and a.tid not in killed and now - a.seen_at >= moment.after_s]
                 jvms = _executor_jvms(workers) if candidates else {}  # a walk of /proc: only when needed
                 for attempt in candidates:
                     if attempt.executor not in jvms:
                         continue
-                    kill = _try_kill(moment, attempt, jvms[attempt.executor], watch, log, log_dir, boards, t0)
+                    kill = _try_kill(moment, attempt, jvms[attempt.executor], watch, log, log_dir,
+                                     _map_files(scratch, run_id), t0)
                     if kill is not None:
                         kills.append(kill)
                         print(f"\n{kill.describe()}", flush=True)
@@ -429,7 +432,7 @@ def test_executors_killed_mid_stage_are_retried_to_the_same_bytes(tmp_path: Path
 
     assert run.code == 0, run.explain()
     assert run.report["status"] == "ok" and run.report["totals"]["cleaned"] == len(PARTITIONS), run.explain()
-    _check_rounds(run, len(PARTITIONS), tasks_lost=True)
+    _check_rounds(run, len(PARTITIONS), parts=2)
     for p in run.report["partitions"]:
         assert p["round"]["groups"] == len(logs.groups[p["partition"]]), p["round"]
         assert p["groups"] == [[old, new] for old, new in logs.groups[p["partition"]]]
@@ -443,8 +446,8 @@ def test_executors_killed_mid_stage_are_retried_to_the_same_bytes(tmp_path: Path
 # --- 2. the whole job killed ----------------------------------------------------------------------------
 def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Path, run_id: str,
               moment: str) -> tuple[str, dict[str, dict[str, int]], float] | None:
-    """Run the job on local[2] and SIGKILL it: once a partition has half of its groups' .cleaned segments and
-    nothing is swapped out yet (``group-stage``), or once the driver has swapped out a partition's first
+    """Run the job on local[2] and SIGKILL it: once a partition has half of its groups' .cleaned segments (an
+    attempt's) and nothing is swapped out yet (``group-stage``), or once the driver has swapped out a partition's first
     old segments (``first-swaps``). Returns that partition, every partition's files then, and when; None
     if this poller saw the moment too late (it shares two cores with the job's three busy processes)."""
     t0 = time.perf_counter()
@@ -490,7 +493,7 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
             continue
         target, state, at_s = killed_at
         print(f"\n{moment}, attempt {attempt}: SIGKILLed the job at {at_s:.2f} s, {target} caught; files then "
-              f"{state}; boards left in the scratch dir: {sorted(p.name for p in (scratch / 'killed').iterdir())}")
+              f"{state}")
         counts = _recover_old_or_new(victim, logs.template, PARTITIONS, logs.before, logs.reference, logs.groups)
         assert _leftovers(victim) == []
         print(f"after recover: verify passes, no key lost; groups new/old per partition: {counts}")
@@ -512,7 +515,7 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
     assert not resumed_report.failures
 
     rerun = _submit(spark, [victim], tmp_path / "rerun.json", logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
-                    job_args=["--scratch-dir", str(scratch), "--run-id", "killed"])  # its boards are stale
+                    job_args=["--scratch-dir", str(scratch), "--run-id", "killed"])  # its scratch dir is stale
     print(f"rerun: exit {rerun.code} after {rerun.seconds:.1f} s; cleaned "
           f"{[(p['partition'], p['status']) for p in rerun.report.get('partitions', [])]}")
     assert rerun.code == 0, rerun.explain()

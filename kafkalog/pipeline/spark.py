@@ -1,5 +1,5 @@
-"""How the compaction job is submitted to Spark: one place for its application path, Spark conf,
-environment and JVM options, used by the DAG's ``SparkSubmitOperator``, the tests and the benchmarks.
+"""How the compaction job is submitted to Spark: one place for its application path, Spark conf and
+environment, used by the DAG's ``SparkSubmitOperator``, the tests and the benchmarks.
 
 The driver binds to ``KAFKALOG_SPARK_DRIVER_HOST`` (default 127.0.0.1: nothing listens beyond
 loopback); a cluster whose executors run on other hosts needs an address they can reach. Executors
@@ -18,9 +18,6 @@ from pathlib import Path
 import kafkalog
 
 LOOPBACK = "127.0.0.1"
-# The job's JVMs only schedule tasks and pass small dicts; the cleaning runs in Python workers. C2
-# compiling Spark's own code and parallel GC threads would take cores from those workers.
-LEAN_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 JOB_ENV = "KAFKALOG_SPARK_JOB"  # overrides where spark_jobs/compact_logs.py is
 DRIVER_HOST_ENV = "KAFKALOG_SPARK_DRIVER_HOST"
 
@@ -55,8 +52,6 @@ def submit_settings(*, python: str | None = None, driver_host: str | None = None
     python = python or sys.executable
     host = driver_host or os.environ.get(DRIVER_HOST_ENV) or LOOPBACK
     conf = {
-        "spark.driver.extraJavaOptions": LEAN_JVM_OPTIONS,
-        "spark.executor.extraJavaOptions": LEAN_JVM_OPTIONS,
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
         "spark.driver.host": host,

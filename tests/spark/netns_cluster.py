@@ -162,7 +162,7 @@ def _master_state(webui: str) -> dict[str, Any]:
     return state
 
 
-def _addresses_in_use() -> set[ipaddress.IPv4Network]:
+def _addresses_in_use() -> set[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     done = _ip("-4", "-o", "addr", "show")
     nets = set()
     for line in done.stdout.splitlines():

@@ -172,8 +172,8 @@ def test_job_on_three_hosts_writes_the_same_bytes(tmp_path: Path, netns: Spark) 
           f"after {run.seconds:.1f} s; timings {run.report.get('timings')}")
     assert run.code == 0, run.explain() + logs
     assert run.report["status"] == "ok" and run.report["spark"]["master"] == cluster.master_url, run.explain()
-    workers = job_tests._check_rounds(run, len(PARTITIONS))
-    assert len(workers) == 2 and "driver" not in workers, run.report["partitions"]  # both executors cleaned
+    executors = job_tests._check_rounds(run, len(PARTITIONS))
+    assert len(executors) == 2 and not any(e.endswith("/driver") for e in executors), executors  # both cleaned
     assert _digest(distributed) == _digest(single)
     assert {p: _live(_records(distributed, p)) for p in PARTITIONS} == \
         {p: _live(_records(template, p)) for p in PARTITIONS}
@@ -223,7 +223,7 @@ def test_an_executor_killed_mid_stage_leaves_every_partition_old_or_new(tmp_path
         logs = _cluster_logs(cluster)
     run = result.run
     print(f"\nspark-submit exit {run.code} after {run.seconds:.1f} s; status {run.report.get('status')}; "
-          f"timings {run.report.get('timings')}; stage {run.report.get('spark', {}).get('stage')}")
+          f"timings {run.report.get('timings')}; stages {run.report.get('spark', {}).get('stages')}")
     assert kills, f"no executor was killed: the job ended before a .cleaned segment was seen\n{run.explain()}{logs}"
     # The driver saw the executor go with a task of the cleaning stage running (spark-submit's log at WARN).
     assert "Lost task" in run.stdout + run.stderr, run.explain()

@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import gc
 import json
 import math
 import os
@@ -175,6 +176,10 @@ def probe(log_dirs: Sequence[str], expected: dict[str, list[str]], held: Sequenc
         from kafkalog.maintenance.warmup import warm
 
         seen["warm_s"] = warm()
+        # pyspark runs a full gc.collect() after each task of a reused worker; with the kernels and their
+        # modules in reach each one walks ~10^5 objects (tens of ms a task). They live as long as the worker.
+        gc.collect()
+        gc.freeze()
     except Exception as exc:  # noqa: BLE001 - the cleaning tasks will report what is wrong
         seen["warm_s"] = f"{type(exc).__name__}: {exc}"
     return seen
@@ -206,10 +211,10 @@ def run_task(item: Doc) -> Doc:
         if item["kind"] == "round":
             out.update(tasks.clean_round_task(store, spec, tag))
         elif item["kind"] == "map":
-            prefix = Path(item["scratch"]) / f"map-{item['part']}-{tag}"
-            out["map"] = tasks.map_part_task(store, spec, item["part"], prefix)
+            done = tasks.map_part_task(store, spec, item["part"], Path(item["scratch"]) / f"map-{item['part']}-{tag}")
+            out.update(groups=[], maps=[done["stats"]], part=item["part"], prefix=done["prefix"])
         else:
-            out["group"] = tasks.write_group_task(store, spec, item["index"], item["map_prefixes"], tag)
+            out.update(groups=[tasks.write_group_task(store, spec, item["index"], item["map_prefixes"], tag)], maps=[])
         out["ok"] = True
     except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
         out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
@@ -334,13 +339,15 @@ def run_stage(sc: Any, items: list[Doc], name: str) -> list[Doc]:
 
 def check_executors(sc: Any, job: Job, args: argparse.Namespace) -> Doc:
     """The probe stage: refuse executors that do not see what the driver sees (``SHARED_HINT``)."""
+    from kafkalog.log import names
+
     expected: dict[str, list[str]] = {}
     held: dict[str, str] = {}  # a lock the driver holds, per log dir
     for r in job.rounds:
         if r.location is not None and r.locked:
             log_dir, name = str(r.location.log_dir), r.location.directory.name
             expected.setdefault(log_dir, []).append(name)
-            held.setdefault(log_dir, str(r.location.directory / r.lock_file))
+            held.setdefault(log_dir, str(r.location.directory / names.CLEANER_LOCK_FILE))
     slices = max(2, 2 * sc.defaultParallelism)
     before = time.time() * 1000
     sc.setJobGroup("kafkalog-probe", "kafkalog: what the executors see of the log dirs")
@@ -383,12 +390,11 @@ class Round:
     out: Doc
     location: Any = None
     locked: bool = False
-    lock_file: str = ""
     spec: Any = None
     ctx: Any = None
     recopy_bytes: int = 0
     split: bool = False  # a key-map stage, then a rewrite task per group
-    map_stats: list[Doc] = field(default_factory=list)
+    maps: list[Doc] = field(default_factory=list)  # the key-map stage's outputs
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def fail(self, exc: BaseException | str, status: str = "failed") -> None:
@@ -428,7 +434,6 @@ class Job:
 def lock_rounds(store: Any, job: Job) -> None:
     """Every selected partition's cleaner lock, before the probe (which checks the executors see it)."""
     from kafkalog.errors import LogLockedError
-    from kafkalog.log import names
     from kafkalog.log.lock import cleaner_lock
 
     for r in job.rounds:
@@ -436,7 +441,7 @@ def lock_rounds(store: Any, job: Job) -> None:
             r.location = store.locate(r.target["topic"], r.target["partition"])
             r.out["log_dir"] = str(r.location.log_dir)
             r.held.enter_context(cleaner_lock(r.location.directory, timeout_s=0))
-            r.locked, r.lock_file = True, names.CLEANER_LOCK_FILE
+            r.locked = True
         except LogLockedError as exc:
             r.fail(exc, "locked")
         except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
@@ -479,36 +484,30 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
     """The cleaning stages, and each round's commit as soon as its last stage is in."""
     stages: Doc = {}
     live = sorted((r for r in job.rounds if r.locked), key=lambda r: -r.recopy_bytes)
-    split = [r for r in live if r.split]
     first = [item(job, r, "map", part=p, scratch=str(job.run_dir / r.location.directory.name))
-             for r in split for p in range(r.spec.parts)]
-    first += [item(job, r, "round") for r in live if r not in split]
-    results = _stage(sc, job, first, "clean", stages)
-    for r in live:
-        if r not in split:
-            done = results.get((r.location.directory.name, "round"), [])
-            _commit(job, r, done, lambda d: d["groups"], lambda d: d["maps"])
+             for r in live if r.split for p in range(r.spec.parts)]
+    first += [item(job, r, "round") for r in live if not r.split]
+    outs = _stage(sc, job, first, "clean", stages)
     second = []
-    for r in split:
-        maps = results.get((r.location.directory.name, "map"), [])
-        if _failed(r, maps, r.spec.parts):
-            continue
-        prefixes = [m["map"]["prefix"] for m in sorted(maps, key=lambda m: m["map"]["part"])]
-        r.map_stats = [m["map"]["stats"] for m in maps]
-        second += [item(job, r, "group", index=i, map_prefixes=prefixes) for i in range(len(r.spec.groups))]
-    results = _stage(sc, job, second, "rewrite", stages)
-    for r in split:
-        if r.locked:
-            done = results.get((r.location.directory.name, "group"), [])
-            _commit(job, r, done, lambda d: [d["group"]], lambda d: [])
+    for r in live:
+        if not r.split:
+            _commit(job, r, outs.get(r.location.directory.name, []), 1)
+        elif r.locked and _all_ok(r, maps := outs.get(r.location.directory.name, []), r.spec.parts):
+            r.maps = sorted(maps, key=lambda m: m["part"])
+            second += [item(job, r, "group", index=i, map_prefixes=[m["prefix"] for m in r.maps])
+                       for i in range(len(r.spec.groups))]
+    outs = _stage(sc, job, second, "rewrite", stages)
+    for r in live:
+        if r.split:
+            _commit(job, r, outs.get(r.location.directory.name, []), len(r.spec.groups))
     return stages
 
 
-def _stage(sc: Any, job: Job, items: list[Doc], name: str, stages: Doc) -> dict[tuple[str, str], list[Doc]]:
+def _stage(sc: Any, job: Job, items: list[Doc], name: str, stages: Doc) -> dict[str, list[Doc]]:
+    """Run a stage; its task outputs by partition. If Spark gives up on it, its rounds fail."""
     if not items:
         return {}
-    started = time.time()
-    by_key: dict[tuple[str, str], list[Doc]] = {}
+    started, by_key = time.time(), {}
     try:
         outs = run_stage(sc, items, name)
     except Exception as exc:  # noqa: BLE001 - Spark gave up (a task failed too often): these rounds fail
@@ -517,40 +516,43 @@ def _stage(sc: Any, job: Job, items: list[Doc], name: str, stages: Doc) -> dict[
         for r in job.rounds:
             if r.locked and any(i["key"] == r.location.directory.name for i in items):
                 r.fail(f"Spark gave up on the {name} stage: {message}")
-        return by_key
+        return {}
     for out in outs:
-        by_key.setdefault((out["key"], out["kind"]), []).append(out)
-    stages[name] = {"tasks": len(items), "seconds": round(time.time() - started, 3), "error": None,
+        by_key.setdefault(out["key"], []).append(out)
+    ended = time.time()
+    stages[name] = {"tasks": len(items), "seconds": round(ended - started, 3), "error": None,
                     "executors": sorted({o["executor"] for o in outs}),
+                    "first_task_started_s": round(min(o["started_at"] for o in outs) - started, 3),
+                    "after_last_task_s": round(ended - max(o["finished_at"] for o in outs), 3),
                     "task_s": [round(o["finished_at"] - o["started_at"], 3) for o in outs]}
     return by_key
 
 
-def _failed(r: Round, outs: list[Doc], expected: int) -> bool:
+def _all_ok(r: Round, outs: list[Doc], expected: int) -> bool:
+    """Whether every task of the round's stage reported success; else the round fails."""
     bad = [o["error"] for o in outs if not o["ok"]]
     if bad or len(outs) != expected:
         r.fail(bad[0] if bad else f"{expected - len(outs)} of the round's tasks returned nothing")
-        return True
-    return False
+    return not bad and len(outs) == expected
 
 
-def _commit(job: Job, r: Round, outs: list[Doc], groups_of: Any, maps_of: Any) -> None:
+def _commit(job: Job, r: Round, outs: list[Doc], expected: int) -> None:
     from kafkalog.maintenance.cleaning_tasks import commit_round
 
-    if not r.locked or _failed(r, outs, len(r.spec.groups) if r.split else 1):
+    if not r.locked or not _all_ok(r, outs, expected):
         return
     started = time.time()
     try:
-        result = commit_round(r.ctx, r.spec, [g for o in outs for g in groups_of(o)],
-                              r.map_stats + [m for o in outs for m in maps_of(o)], run_id=job.run_id)
+        result = commit_round(r.ctx, r.spec, [g for o in outs for g in o["groups"]],
+                              [m for o in (*r.maps, *outs) for m in o["maps"]], run_id=job.run_id)
     except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
         r.fail(exc)
         return
     r.out.update(ok=True, status="cleaned", error=None, end_offset=result.end_offset,
-                 groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict())
-    map_parts = r.spec.parts if r.split else 0
-    r.out["round"] = {"map_parts": map_parts, "groups": len(r.spec.groups), "tasks": len(outs) + map_parts,
-                      "executors": sorted({o["executor"] for o in outs}), "commit_s": round(time.time() - started, 3)}
+                 groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
+                 round={"map_parts": len(r.maps), "groups": len(r.spec.groups), "tasks": len(outs) + len(r.maps),
+                        "executors": sorted({o["executor"] for o in (*r.maps, *outs)}),
+                        "commit_s": round(time.time() - started, 3)})
     r.end()
 
 

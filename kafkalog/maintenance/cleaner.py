@@ -62,7 +62,7 @@ from kafkalog.format.scan import (
     scan_records,
 )
 from kafkalog.log import checkpoint, names
-from kafkalog.log.direct_writer import DirectWriter
+from kafkalog.log.background_writer import BackgroundWriter
 from kafkalog.log.index import MAX_INT
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files
 from kafkalog.log.local_log import LocalLog
@@ -498,7 +498,7 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
         size = crc = 0
         # The output's bytes go to the file from a second thread, one window at a time, while the next
         # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
-        with DirectWriter(cleaned.log_path) as writer:
+        with BackgroundWriter(cleaned.log_path) as writer:
             for segment in group:
                 i = bases.index(segment.base_offset)
                 upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()

@@ -41,7 +41,6 @@ from kafkalog.maintenance.cleaner import (
     CleanerStats,
     CleanResult,
     build_key_map,
-    check_cleaned_log,
     dirty_segments,
     finish_round,
     open_clean_context,
@@ -187,13 +186,13 @@ def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]
         if cleaned.source_bases != sources:
             raise CleanerError(f"{directory}: a task wrote group {cleaned.source_bases}, the round planned {sources}")
         suffix = attempt_suffix(doc["tag"])
-        written = names.log_file(directory, cleaned.base_offset, suffix)
-        check_cleaned_log(written, cleaned)  # before the rename: a bad attempt leaves no .cleaned name behind
         for name_of in (names.index_file, names.time_index_file, names.txn_index_file, names.log_file):
             path = name_of(directory, cleaned.base_offset, suffix)
             if path.exists():
                 os.replace(path, name_of(directory, cleaned.base_offset, names.CLEANED_SUFFIX))
-        swap_cleaned_group(ctx, cleaned)  # checks the log again, under the partition lock
+        # Checks the log against the attempt's size and CRC-32C under the partition lock, and removes the
+        # group's .cleaned files if they are not what the attempt wrote.
+        swap_cleaned_group(ctx, cleaned)
         result.groups.append((cleaned.source_bases, cleaned.base_offset))
     finish_round(ctx, result, run_id)
     return result

@@ -10,7 +10,7 @@ DEMO_DIR ?= demo-logs
 AIRFLOW_DIR ?= .airflow
 AIRFLOW_PORT ?= 8080
 
-.PHONY: install demo airflow test bench lint clean
+.PHONY: install system-packages demo airflow test bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,19 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --no-deps --force-reinstall "pyspark==$(PYSPARK_VERSION)"
 	touch $(STAMP)
 
-install: $(STAMP)
+# Debian packages the tests use: chromium (the UI tests' browser, driven by Playwright) and
+# docker-compose (validates docker-compose.yaml offline). Installed when missing, if run as root.
+system-packages:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "Debian packages missing:$$missing (sudo apt-get install$$missing)"; fi; \
+	fi
+
+install: system-packages $(STAMP)
 
 # The demo store, then one whole kafkalog_cleanup cycle run by Airflow (SQLite, LocalExecutor, Spark
 # local[2]) on it, with the cycle's report printed.

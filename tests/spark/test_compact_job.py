@@ -439,6 +439,63 @@ def test_killing_the_job_mid_run_recovers_to_old_or_new(tmp_path: Path, spark: S
     assert run_cli("verify", "--log-dir", str(victim)).code == 0
 
 
+# Runs the job under plain ``python`` (it launches its own JVM) with the driver's commit wrapped: before
+# partition P is committed, the .cleaned log its task attempt wrote for its last group is removed or cut
+# by a byte (as another host "recovering" it, or a second writer of the same path, would).
+_DAMAGING_DRIVER = """
+import importlib.util, os, sys
+from kafkalog.log import names
+from kafkalog.maintenance import cleaning_tasks
+damage, partition, job = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+commit_round = cleaning_tasks.commit_round
+def damaged_first(ctx, spec, groups, maps, run_id=""):
+    if spec.partition == partition:
+        last = max(groups, key=lambda g: g["base_offset"])
+        path = names.log_file(ctx.location.directory, last["base_offset"], cleaning_tasks.attempt_suffix(last["tag"]))
+        path.unlink() if damage == "removed" else os.truncate(path, path.stat().st_size - 1)
+    return commit_round(ctx, spec, groups, maps, run_id)
+cleaning_tasks.commit_round = damaged_first
+spec = importlib.util.spec_from_file_location("compact_logs_job", job)
+module = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = module  # its dataclasses look their module up there
+spec.loader.exec_module(module)
+from pyspark import cloudpickle
+cloudpickle.register_pickle_by_value(module)  # as spark-submit's __main__ is: the executors cannot import it
+sys.exit(module.main(sys.argv[4:]))
+"""
+
+
+@pytest.mark.parametrize("damage", ["removed", "truncated"])
+def test_a_cleaned_log_damaged_before_the_commit_loses_nothing(tmp_path: Path, spark: Spark, damage: str) -> None:
+    """The driver swaps a group only if its file has the size and CRC-32C the attempt reported: the damaged
+    group (the partition's last) is not swapped, its sources stay, the partition is reported failed and
+    its cleaner checkpoint does not move; the other partitions are cleaned as in one process."""
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=12, seed=9)
+    single, victim = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    now_ms, wall_ms = _clocks()
+    _compact_single_process(single, now_ms, wall_ms)
+    before = {p: _live(_records(template, p)) for p in range(3)}
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-c", _DAMAGING_DRIVER, damage, "1", str(JOB), "--master", "local[2]",
+                           "--log-dir", str(victim), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
+                           "--report", str(report), "--numba-cache-dir", str(spark.numba_cache_dir)],
+                          env=spark.env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S, cwd=spark.scratch)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    by_partition = {p["partition"]: p for p in json.loads(report.read_text())["partitions"]}
+    assert by_partition[1]["status"] == "failed" and "nothing swapped" in by_partition[1]["error"], by_partition[1]
+    assert ("missing" if damage == "removed" else "bytes with CRC-32C") in by_partition[1]["error"]
+    assert [by_partition[p]["status"] for p in (0, 2)] == ["cleaned", "cleaned"]
+    for p in (0, 2):
+        assert _digest(victim / f"{TOPIC}-{p}") == _digest(single / f"{TOPIC}-{p}")
+    assert {p: _live(_records(victim, p)) for p in range(3)} == before  # no key lost its latest value
+    checkpoints = [read_offset_checkpoint(d / names.CLEANER_OFFSET_CHECKPOINT).get((TOPIC, 1))
+                   for d in (template, victim)]
+    assert checkpoints[0] == checkpoints[1]
+    assert not [f for f in victim.rglob("*") if f.name.endswith(names.CLEANED_SUFFIX)]
+    assert run_cli("verify", "--log-dir", str(victim)).code == 0
+
+
 # --- the driver's refusals and checks, without a Spark session ---------------------------------------
 def _run_job_without_spark(*args: str) -> subprocess.CompletedProcess[str]:
     """The job under plain ``python``: everything before the first Spark call runs the same way."""

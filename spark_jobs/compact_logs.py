@@ -510,7 +510,7 @@ def _stage(sc: Any, job: Job, items: list[Doc], name: str, stages: Doc) -> dict[
     """Run a stage; its task outputs by partition. If Spark gives up on it, its rounds fail."""
     if not items:
         return {}
-    started, by_key = time.time(), {}
+    started, by_key = time.time(), dict[str, list[Doc]]()
     try:
         outs = run_stage(sc, items, name)
     except Exception as exc:  # noqa: BLE001 - Spark gave up (a task failed too often): these rounds fail
@@ -579,7 +579,7 @@ def map_memory(sc: Any, args: argparse.Namespace) -> int:
         return int(args.map_memory)
     if not declared:
         return DEFAULT_MAP_MEMORY
-    return sc._jvm.org.apache.spark.util.Utils.byteStringAsBytes(declared) // 2
+    return int(sc._jvm.org.apache.spark.util.Utils.byteStringAsBytes(declared)) // 2
 
 
 def clean_on_spark(args: argparse.Namespace, doc: Doc, store: Any, plan: Doc, job: Job) -> None:
@@ -666,7 +666,7 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
         clean_on_spark(args, doc, store, plan, job)
     else:  # a cycle with nothing to clean does not pay for a Spark session
         apply_checkpoint_resets(store, plan)
-    partitions = errors + sorted((r.out for r in job.rounds), key=lambda r: (r["topic"], r["partition"]))
+    partitions: list[Doc] = errors + sorted((r.out for r in job.rounds), key=lambda r: (r["topic"], r["partition"]))
     for p in partitions:
         if "finished_at" in p:
             p["task_s"] = round(p["finished_at"] - p["started_at"], 3)

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from kafkalog.pipeline.airflow_local import descendants  # shared with the Airflow harness
+
 BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
 
 
@@ -34,23 +36,6 @@ def spark_missing() -> str | None:
         if not (BIN / script).exists():
             return f"{BIN / script} not found (pyspark's scripts are installed beside the venv's python)"
     return None
-
-
-def descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    out, frontier = [], [root]
-    while frontier:
-        kids = children.get(frontier.pop(), [])
-        out += kids
-        frontier += kids
-    return out
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:

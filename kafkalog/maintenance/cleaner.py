@@ -568,8 +568,8 @@ def check_cleaned_log(path: Path, cleaned: CleanedGroup) -> None:
             size = os.fstat(f.fileno()).st_size
             crc = 0
             if size == cleaned.log_bytes and size:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    crc = crc32c(data)
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data, memoryview(data) as view:
+                    crc = crc32c(view)
     except FileNotFoundError:
         size = -1
     if size != cleaned.log_bytes or crc != cleaned.log_crc32c:

@@ -7,6 +7,10 @@ metadata DB is SQLite in ``AIRFLOW_HOME`` unless ``AIRFLOW__DATABASE__SQL_ALCHEM
 the Spark connection is ``local[2]`` unless ``AIRFLOW_CONN_SPARK_DEFAULT`` says otherwise. Stopping
 kills each process group it started, never anything by name.
 
+With ``executor="CeleryExecutor"`` the scheduler sends the tasks to a queue of this installation's own
+on a Redis broker and a ``celery-worker`` component runs them; Celery's results go to the metadata DB,
+which must then be a server's (Postgres).
+
     python -m kafkalog.pipeline.airflow_local demo  [--dir demo-logs]   # one whole cycle, printed
     python -m kafkalog.pipeline.airflow_local serve [--dir demo-logs]   # the UI until Ctrl-C
 """
@@ -14,6 +18,7 @@ kills each process group it started, never anything by name.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -39,6 +44,11 @@ COMPONENTS = {
     "dag-processor": ["dag-processor"],
     "triggerer": ["triggerer", "--skip-serve-logs"],
 }
+# No log server (--skip-serve-logs: it would listen on 0.0.0.0); remote control goes through the broker.
+CELERY_WORKER = ["celery", "worker", "--concurrency", "2", "--skip-serve-logs", "--queues", "{queue}",
+                 "--celery-hostname", "{queue}@%h", "--without-mingle", "--without-gossip"]
+EXECUTORS = ("LocalExecutor", "CeleryExecutor")
+SQL_CONN = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
 FINISHED = {"success", "failed"}
 
 
@@ -62,6 +72,9 @@ class LocalAirflow:
     port: int = 0
     parallelism: int = 2
     spark_master: str | None = "local[2]"  # AIRFLOW_CONN_SPARK_DEFAULT; None: the connection is managed in Airflow
+    executor: str = "LocalExecutor"  # or "CeleryExecutor"
+    broker_url: str = "redis://127.0.0.1:6379/0"  # CeleryExecutor: the broker
+    queue: str = field(default_factory=lambda: f"kafkalog-{secrets.token_hex(6)}")  # CeleryExecutor: the tasks' queue
     password: str = field(default_factory=lambda: secrets.token_urlsafe(12))
     extra_env: Mapping[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -70,6 +83,8 @@ class LocalAirflow:
     def __post_init__(self) -> None:
         self.home = Path(self.home).resolve()
         self.port = self.port or free_port()
+        if self.executor not in EXECUTORS:
+            raise AirflowError(f"executor {self.executor!r}: one of {', '.join(EXECUTORS)}")
 
     @property
     def url(self) -> str:
@@ -86,7 +101,7 @@ class LocalAirflow:
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.plugins_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
@@ -98,12 +113,29 @@ class LocalAirflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": self._secret(),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+            **self._celery_env(),
             **self.extra_env,
         }
         if self.spark_master is not None:
             env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": self.spark_master}))
         env.setdefault("KAFKALOG_PIPELINE_DIR", str(self.home / "kafkalog-runs"))
         return env
+
+    def _celery_env(self) -> dict[str, str]:
+        if self.executor != "CeleryExecutor":
+            return {}
+        sql = self.extra_env.get(SQL_CONN) or os.environ.get(SQL_CONN, "")
+        if not sql or sql.startswith("sqlite"):
+            raise AirflowError(f"the CeleryExecutor needs a metadata DB server ({SQL_CONN}), not {sql or 'SQLite'}")
+        return {"AIRFLOW__CELERY__BROKER_URL": self.broker_url,
+                "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{sql}",  # the metadata DB
+                "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue}
+
+    def components(self) -> dict[str, list[str]]:
+        """Component name → ``airflow`` CLI arguments."""
+        celery = {"celery-worker": CELERY_WORKER} if self.executor == "CeleryExecutor" else {}
+        return {name: [a.format(port=self.port, queue=self.queue) for a in args]
+                for name, args in {**COMPONENTS, **celery}.items()}
 
     def _secret(self) -> str:
         path = self.home / "jwt-secret"
@@ -120,14 +152,14 @@ class LocalAirflow:
         return done
 
     def start(self, *, timeout_s: float = 180) -> None:
-        """Migrate the DB, start the four components, wait until they are healthy and both DAGs parsed."""
+        """Migrate the DB, start the components, wait until they are healthy and both DAGs parsed."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.airflow("db", "migrate")
         env = self.env()
         logs = self.home / "component-logs"
         logs.mkdir(exist_ok=True)
-        for name, args in COMPONENTS.items():
-            cmd = [sys.executable, "-m", "airflow", *[a.format(port=self.port) for a in args]]
+        for name, args in self.components().items():
+            cmd = [sys.executable, "-m", "airflow", *args]
             with open(logs / f"{name}.log", "ab") as out:
                 self.processes[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                         start_new_session=True)
@@ -159,7 +191,10 @@ class LocalAirflow:
             time.sleep(1)
 
     def stop(self, *, timeout_s: float = 30) -> None:
-        """SIGTERM each component's process group, SIGKILL what is left after ``timeout_s``."""
+        """SIGTERM each component's process group, SIGKILL what is left after ``timeout_s``: the groups,
+        and by id every process they had started (a task process, and its spark-submit, runs in a
+        process group of its own)."""
+        tree = {pid for proc in self.processes.values() for pid in descendants(proc.pid)}
         for proc in self.processes.values():
             if proc.poll() is None:
                 _signal_group(proc.pid, signal.SIGTERM)
@@ -171,6 +206,9 @@ class LocalAirflow:
                 pass
             _signal_group(proc.pid, signal.SIGKILL)  # the group's other members (task processes, workers)
             proc.wait(timeout=30)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.processes.clear()
 
     # --- REST ------------------------------------------------------------------------------------------
@@ -236,6 +274,24 @@ class LocalAirflow:
 
 def _quote(run_id: str) -> str:
     return urllib.parse.quote(run_id, safe="")
+
+
+def descendants(root: int) -> list[int]:
+    """The ids of every process below ``root`` (Linux: read from /proc), parents before children."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    out, frontier = [], [root]
+    while frontier:
+        kids = children.get(frontier.pop(), [])
+        out += kids
+        frontier += kids
+    return out
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

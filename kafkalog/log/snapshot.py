@@ -84,11 +84,13 @@ class LogDirCheckpoints:
 
     log_start_offsets: dict[tuple[str, int], int]
     high_watermarks: dict[tuple[str, int], int]
+    cleaner_offsets: dict[tuple[str, int], int]
 
     @classmethod
     def read(cls, log_dir: Path) -> LogDirCheckpoints:
         return cls(checkpoint.read_offset_checkpoint(log_dir / names.LOG_START_OFFSET_CHECKPOINT),
-                   checkpoint.read_offset_checkpoint(log_dir / names.REPLICATION_OFFSET_CHECKPOINT))
+                   checkpoint.read_offset_checkpoint(log_dir / names.REPLICATION_OFFSET_CHECKPOINT),
+                   checkpoint.read_offset_checkpoint(log_dir / names.CLEANER_OFFSET_CHECKPOINT))
 
 
 def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
@@ -310,7 +312,7 @@ def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: L
     log = LocalLog.open(directory, config, log_start_offset=base.log_start_offset, read_only=True)
     first_unstable = log.producer_state().first_unstable_offset()
     lso = base.high_watermark if first_unstable is None else min(first_unstable, base.high_watermark)
-    cleaner = checkpoint.read_offset_checkpoint(Path(log_dir) / names.CLEANER_OFFSET_CHECKPOINT)
+    cleaner = (checkpoints or LogDirCheckpoints.read(Path(log_dir))).cleaner_offsets  # read once per log dir
     return LogSnapshot(topic, partition, log_dir, config, tuple(segments), base.log_start_offset,
                        base.log_end_offset, base.high_watermark, base.pending_delete_bytes,
                        last_stable_offset=lso, cleaner_checkpoint=cleaner.get((topic, partition)))

@@ -334,7 +334,8 @@ class LogStore:
     def log_dir_checkpoints(self, log_dir: Path) -> LogDirCheckpoints:
         """The checkpoints a snapshot of a partition in ``log_dir`` reads, from this store's cache."""
         return LogDirCheckpoints(self._offsets(log_dir / names.LOG_START_OFFSET_CHECKPOINT),
-                                 self._offsets(log_dir / names.REPLICATION_OFFSET_CHECKPOINT))
+                                 self._offsets(log_dir / names.REPLICATION_OFFSET_CHECKPOINT),
+                                 self._offsets(log_dir / names.CLEANER_OFFSET_CHECKPOINT))
 
     def _offsets(self, path: Path) -> dict[tuple[str, int], int]:
         """An offset checkpoint's entries, parsed again only when the file changed, with this store's

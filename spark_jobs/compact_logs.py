@@ -451,8 +451,7 @@ def lock_rounds(store: Any, job: Job) -> None:
 def plan_rounds(store: Any, job: Job, split_bytes: int | None, parallelism: int, map_memory: int) -> None:
     """Leftovers resolved and each round's spec fixed; a huge partition gets a key-map stage, in as many
     parts as its map needs to fit a task's memory."""
-    from kafkalog.maintenance.cleaner import dirty_segments
-    from kafkalog.maintenance.cleaning_tasks import has_aborted_transactions, plan_round
+    from kafkalog.maintenance.cleaning_tasks import plan_round
 
     for r in job.rounds:
         if not r.locked:
@@ -469,14 +468,14 @@ def plan_rounds(store: Any, job: Job, split_bytes: int | None, parallelism: int,
     threshold = split_bytes if split_bytes is not None else \
         max(MIN_SPLIT_BYTES, sum(r.recopy_bytes for r in live) // max(1, parallelism))
     for r in live:
-        dirty = dirty_segments(r.ctx)
-        parts = max(1, math.ceil(sum(s.size for s in dirty) * MAP_BYTES_PER_DIRTY_BYTE / map_memory))
+        dirty = sum(s.size for s in r.ctx.segments if s.base_offset >= r.spec.first_dirty_offset
+                    and s.base_offset < r.spec.first_uncleanable_offset)
+        parts = max(1, math.ceil(dirty * MAP_BYTES_PER_DIRTY_BYTE / map_memory))  # to fit a task's memory
         huge = split_bytes != 0 and parallelism > 1 and len(r.spec.groups) > 1 and r.recopy_bytes > threshold
-        if parts > 1 or has_aborted_transactions(r.ctx):  # hash shares: each part holds a share of the keys
-            r.spec, r.split = dataclasses.replace(r.spec, parts=parts, map_by="hash"), huge or parts > 1
-        elif huge:  # ranges: each part reads a share of the dirty segments, so the map stage uses the cores
-            ranges = min(parallelism, len(dirty))
-            r.spec, r.split = dataclasses.replace(r.spec, parts=ranges, map_by="range"), True
+        if huge or parts > 1:
+            # A part of a key map spread over the whole range costs nearly the whole map's inserts (its
+            # keys) and the whole range's reading: parts by hash, one per core, halve the inserts each.
+            r.spec, r.split = dataclasses.replace(r.spec, parts=max(parts, parallelism if huge else 1)), True
 
 
 def item(job: Job, r: Round, kind: str, **extra: Any) -> Doc:
@@ -553,8 +552,7 @@ def _commit(job: Job, r: Round, outs: list[Doc], expected: int) -> None:
         return
     r.out.update(ok=True, status="cleaned", error=None, end_offset=result.end_offset,
                  groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
-                 round={"map_parts": len(r.maps), "map_by": r.spec.map_by if r.split else None,
-                        "groups": len(r.spec.groups), "tasks": len(outs) + len(r.maps),
+                 round={"map_parts": len(r.maps), "groups": len(r.spec.groups), "tasks": len(outs) + len(r.maps),
                         "executors": sorted({o["executor"] for o in (*r.maps, *outs)}),
                         "commit_s": round(time.time() - started, 3)})
     r.end()

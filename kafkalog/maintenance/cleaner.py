@@ -322,19 +322,16 @@ def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
 
 
 def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, part: int = 0,
-                  parts: int = 1, segments: Sequence[LogSegment] | None = None) -> KeyMap:
+                  parts: int = 1) -> KeyMap:
     """The key map of the dirty range; with ``parts`` > 1 only of the keys that the ``part``-th of
     that many maps owns by hash (``HashedKeyMap`` answers from all of them as from one map). Every
     part reads the whole dirty range but checks the CRCs of only its slice of the dirty segments
-    (``map_slices``), so that together the parts check each segment once. With ``segments`` (some
-    consecutive dirty segments), the map of those only (``RangedKeyMap`` answers from the maps of
-    consecutive ranges as from one map); not for a range with aborted transactions, whose markers
-    may lie in another range.
+    (``map_slices``), so that together the parts check each segment once.
 
     Aborted transactions in the range are followed in offset order, each to its marker."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
-    dirty = dirty_segments(ctx) if segments is None else list(segments)
-    own = {s.base_offset for s in (map_slices(dirty, parts)[part] if segments is None else dirty)}
+    dirty = dirty_segments(ctx)
+    own = {s.base_offset for s in map_slices(dirty, parts)[part]}
     workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
     aborted = [t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end]
     tracker = TxnTracker(aborted)

@@ -8,12 +8,8 @@ where a scheduler can spread them, and nothing is shared between tasks but their
    cleaner's leftovers and fixes the round (range, clocks, producer state, segment groups) in a
    ``RoundSpec`` every task gets;
 2. ``clean_round_task``: the key map, then every group, in one task (the usual case); or, for a
-   partition too big for one task, ``map_part_task`` builds one of ``spec.parts`` key maps and saves
-   it under a name of its attempt's own: the map of one of ``parts`` consecutive ranges of the dirty
-   segments (``map_by`` "range": each task reads only its share), or of the keys one of ``parts``
-   hash shares owns (``map_by`` "hash": each task reads everything and holds only its share of the
-   keys, for a map too big for one task's memory, and for a dirty range with aborted transactions,
-   whose markers may lie in another range);
+   partition too big for one task, ``map_part_task`` builds one of ``spec.parts`` key maps that
+   share the keys by hash and saves it under a name of its attempt's own;
 3. ``write_group_task``: one group from the saved parts (a huge partition's second stage);
 4. the driver: ``commit_round`` checks every group's output against the size and CRC-32C its
    attempt reported, renames it to Kafka's ``.cleaned`` name and swaps it in under the partition
@@ -47,13 +43,12 @@ from kafkalog.maintenance.cleaner import (
     build_key_map,
     dirty_segments,
     finish_round,
-    map_slices,
     open_clean_context,
     resolve_leftovers,
     swap_cleaned_group,
     write_cleaned_group,
 )
-from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap, RangedKeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 
 SUMMED_STATS = ("bytes_read", "bytes_written", "records_read", "records_written", "batches_copied",
                 "batches_rebuilt", "empty_batches_kept", "tombstones_removed", "aborted_records_removed",
@@ -72,8 +67,7 @@ class RoundSpec:
     wall_now_ms: int
     producers: dict[int, tuple[int, int]]  # producer id -> (last data offset, epoch), read by the driver
     groups: list[list[int]]  # each group's source base offsets
-    parts: int  # key maps: 1 for the one-task round
-    map_by: str = "hash"  # how a split round's parts share the map: "hash" or "range"
+    parts: int  # key maps sharing the keys by hash: 1 for the one-task round
 
     def open(self, store: LogStore) -> CleanContext:
         location = store.locate(self.topic, self.partition)
@@ -93,11 +87,6 @@ class RoundSpec:
         """Also after a JSON round trip, which makes producer ids strings and their states lists."""
         producers = {int(pid): (int(last), int(epoch)) for pid, (last, epoch) in doc["producers"].items()}
         return cls(**{**doc, "producers": producers})
-
-
-def has_aborted_transactions(ctx: CleanContext) -> bool:
-    """Whether an aborted transaction reaches into the dirty range (its parts must then be by hash)."""
-    return any(t.last_offset >= ctx.first_dirty_offset and t.first_offset < ctx.end_offset for t in ctx.aborted)
 
 
 def plan_round(store: LogStore, location: PartitionLocation, first_dirty_offset: int, first_uncleanable_offset: int,
@@ -149,10 +138,7 @@ def map_part_task(store: LogStore, spec: RoundSpec, part: int, prefix: Path) -> 
     this attempt's own, in a scratch dir every task sees). Returns its stats."""
     ctx = spec.open(store)
     started, stats = time.perf_counter(), CleanerStats()
-    if spec.map_by == "range":
-        key_map = build_key_map(ctx, stats, set(), segments=map_slices(dirty_segments(ctx), spec.parts)[part])
-    else:
-        key_map = build_key_map(ctx, stats, set(), part=part, parts=spec.parts)
+    key_map = build_key_map(ctx, stats, set(), part=part, parts=spec.parts)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     key_map.save(prefix)
     stats.map_seconds = time.perf_counter() - started
@@ -164,8 +150,7 @@ def write_group_task(store: LogStore, spec: RoundSpec, index: int, map_prefixes:
     """Step 3 of a huge partition: group ``index`` written under ``tag`` from the saved key-map parts."""
     ctx = spec.open(store)
     started, stats = time.perf_counter(), CleanerStats()
-    maps = [KeyMap.load(Path(p)) for p in map_prefixes]
-    key_map = (RangedKeyMap if spec.map_by == "range" else HashedKeyMap)(maps, ctx.end_offset - 1)
+    key_map = HashedKeyMap([KeyMap.load(Path(p)) for p in map_prefixes], ctx.end_offset - 1)
     by_base = {s.base_offset: s for s in ctx.segments}
     # The map tasks checked the CRCs of the dirty segments; the group checks those of the clean ones.
     verified = {s.base_offset for s in dirty_segments(ctx)}

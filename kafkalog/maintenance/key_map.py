@@ -253,36 +253,6 @@ class HashedKeyMap(_Supersession):
         return _lookup(self.parts, columns, rows, self.parts[0]._staging)
 
 
-class RangedKeyMap(HashedKeyMap):
-    """The key map as maps of consecutive ranges of the dirty segments, each built over its range only
-    (in parallel, each reading only its share). A key may be in several; its latest offset is the
-    largest any of them holds. A record superseded within its own range is marked in that range's
-    bitmap; one that is not may still be superseded in a later range, which a lookup tells."""
-
-    def __init__(self, parts: Sequence[KeyMap], latest_offset: int) -> None:
-        if not parts or any(p.parts != 1 for p in parts) \
-                or len({(p._tracked_base, len(p._superseded)) for p in parts}) != 1:
-            raise CleanerError("key map ranges must be whole maps tracking one range")
-        self.parts = list(parts)
-        self.latest_offset = latest_offset
-        self.records = sum(p.records for p in parts)
-        self._tracked_base = self.parts[0]._tracked_base
-        self._superseded = np.bitwise_or.reduce([p._superseded for p in self.parts])
-        firsts = [p._inserted[0] for p in self.parts if p._inserted[0] >= 0]
-        self._inserted = (min(firsts), max(p._inserted[1] for p in self.parts)) if firsts else (-1, -1)
-
-    def __len__(self) -> int:
-        """An upper bound of the distinct keys: a key in several ranges counts in each."""
-        return sum(len(p) for p in self.parts)
-
-    def superseded(self, columns: RecordColumns, rows: I64, inserted: Bools) -> Bools:
-        out = super().superseded(columns, rows, inserted)
-        rows = rows.astype(np.int64, copy=False)
-        again = np.flatnonzero(~out & inserted)  # the bitmaps answered these within their own range only
-        out[again] = self.lookup(columns, rows[again]) > columns.offset[rows[again]]
-        return out
-
-
 def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
             staging: Callable[[int], tuple[I64, I64]]) -> I64:
     """The latest offset of each row's key in whichever of ``maps`` owns it, -1 where none has it;
@@ -302,5 +272,5 @@ def _lookup(maps: Sequence[KeyMap], columns: RecordColumns, rows: I64,
     return out
 
 
-# What the cleaner's rewrite asks a map: one built here, its hashed parts, or the maps of its ranges.
-Supersession = KeyMap | HashedKeyMap | RangedKeyMap
+# What the cleaner's rewrite asks a map: one built here, or its hashed parts.
+Supersession = KeyMap | HashedKeyMap

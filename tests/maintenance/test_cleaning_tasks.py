@@ -50,7 +50,7 @@ def _data(tmp_path: Path, first_round: bool) -> tuple[LogStore, Path]:
 
 
 def _as_tasks(store: LogStore, first_dirty: int, now: int, parts: int, scratch: Path,
-              damage: object = None, map_by: str = "hash") -> CleanResult:
+              damage: object = None) -> CleanResult:
     """The round as the Spark job runs it: planned, its tasks (each group written by two attempts, the
     second committed), the commit, the other attempts discarded."""
     location = store.locate("t", 0)
@@ -58,8 +58,7 @@ def _as_tasks(store: LogStore, first_dirty: int, now: int, parts: int, scratch: 
     with cleaner_lock(location.directory, timeout_s=0):
         spec, ctx = tasks.plan_round(store, location, first_dirty, active, now_ms=now, wall_now_ms=now, parts=parts)
         assert len(spec.groups) > 1
-        assert tasks.has_aborted_transactions(ctx) == (first_dirty == 0)  # the mixed log's first round has some
-        spec = tasks.RoundSpec.from_dict({**spec.to_dict(), "map_by": map_by})  # as it reaches a task
+        spec = tasks.RoundSpec.from_dict(spec.to_dict())  # as it reaches a task
         if parts == 1:
             tasks.clean_round_task(store, spec, "attempt-1")  # a lost attempt: its files stay until the discard
             done = tasks.clean_round_task(store, spec, "attempt-2")
@@ -77,13 +76,9 @@ def _as_tasks(store: LogStore, first_dirty: int, now: int, parts: int, scratch: 
             tasks.discard_attempts(location)
 
 
-# Key maps in hash shares (each reads everything) or in ranges (each reads its share of the dirty segments;
-# never planned for a dirty range with aborted transactions, which the mixed log's first round has).
-@pytest.mark.parametrize(("parts", "map_by", "first_round"),
-                         [(p, "hash", first) for p in (1, 2, 3) for first in (False, True)]
-                         + [(p, "range", False) for p in (2, 3)])
-def test_a_round_as_tasks_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int, map_by: str,
-                                                        first_round: bool) -> None:
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("first_round", [False, True])
+def test_a_round_as_tasks_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int, first_round: bool) -> None:
     store, logs = _data(tmp_path / "one", first_round)
     shutil.copytree(logs, tmp_path / "tasks")
     task_store = LogStore([tmp_path / "tasks"])
@@ -91,13 +86,11 @@ def test_a_round_as_tasks_writes_the_bytes_of_one_pass(tmp_path: Path, parts: in
     first_dirty = cleaner_checkpoint(logs).get(("t", 0), 0)
     assert (first_dirty > 0) != first_round
     one = clean(store, store.locate("t", 0), first_dirty=first_dirty, now=now)
-    result = _as_tasks(task_store, first_dirty, now, parts, tmp_path / "scratch", map_by=map_by)
+    result = _as_tasks(task_store, first_dirty, now, parts, tmp_path / "scratch")
     assert live_digest(tmp_path / "tasks") == live_digest(logs)
     assert cleaner_checkpoint(tmp_path / "tasks") == cleaner_checkpoint(logs) == {("t", 0): one.end_offset}
     assert result.groups == one.groups and result.stats.records_written == one.stats.records_written
-    assert one.stats.records_written < one.stats.records_read
-    if map_by == "hash":  # each key in one share; in ranges a key may count in several
-        assert result.stats.map_keys == one.stats.map_keys
+    assert result.stats.map_keys == one.stats.map_keys and one.stats.records_written < one.stats.records_read
     assert verify_store(task_store).ok
     assert not [p.name for p in (tmp_path / "tasks").rglob("*") if p.name.endswith(names.CLEANED_SUFFIX)]
 
@@ -119,14 +112,14 @@ def _overwrite(directory: Path, groups: list[dict[str, object]]) -> None:
 
 
 @pytest.mark.parametrize("damage", [_remove, _cut, _overwrite])
-@pytest.mark.parametrize(("parts", "map_by"), [(1, "hash"), (2, "range")])
+@pytest.mark.parametrize("parts", [1, 2])
 def test_an_attempt_s_output_damaged_before_the_commit_is_refused_and_nothing_is_lost(
-        tmp_path: Path, damage: object, parts: int, map_by: str) -> None:
+        tmp_path: Path, damage: object, parts: int) -> None:
     store, logs = _two_rounds_of_data(tmp_path)
     first_dirty = cleaner_checkpoint(logs)[("t", 0)]
     before = _latest(store)
     with pytest.raises(CleanerError, match="nothing swapped"):
-        _as_tasks(store, first_dirty, T0 + 2 * DAY, parts, tmp_path / "scratch", damage, map_by)
+        _as_tasks(store, first_dirty, T0 + 2 * DAY, parts, tmp_path / "scratch", damage)
     # Groups before the damaged one may be swapped in (each is whole); every key keeps its latest value.
     assert _latest(store) == before
     assert cleaner_checkpoint(logs)[("t", 0)] == first_dirty  # the round is not recorded as done

@@ -12,7 +12,7 @@ import pytest
 from kafkalog.errors import CleanerError
 from kafkalog.format.batch import Record, assemble_batch, build_batch
 from kafkalog.format.scan import RecordColumns, record_sections, scan_batches, scan_records
-from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap, RangedKeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
 
 
 def _columns(keys: list[bytes | None], first_offset: int) -> RecordColumns:
@@ -173,23 +173,3 @@ def test_a_map_grown_through_rehashes_answers_every_key(segments: list[tuple[lis
     key_map = _build(segments, (1000, 1000 + 9500))
     assert len(key_map._table) > 1 << 10  # grown from its first table
     _answers_as_expected(key_map, segments)
-
-
-@pytest.mark.parametrize("cut", [1, 2])
-def test_maps_of_consecutive_ranges_answer_as_the_whole_map(
-        segments: list[tuple[list[bytes | None], RecordColumns]], cut: int) -> None:
-    """A key in several ranges is superseded in an earlier range by a later one: the ranges' bitmaps do not
-    know it, a lookup does."""
-    whole = _build(segments, (1000, 10_500))
-    ranges = [_build(segments[:cut], (1000, 10_500)), _build(segments[cut:], (1000, 10_500))]
-    assert sum(len(r) for r in ranges) > len(whole)  # keys in both ranges count in each
-    ranged = RangedKeyMap(ranges, whole.latest_offset)
-    for _, columns in segments:
-        rows = np.flatnonzero(columns.key_len >= 0)
-        assert np.array_equal(ranged.lookup(columns, rows), whole.lookup(columns, rows))
-        everything = np.ones(len(rows), dtype=bool)
-        expected = whole.superseded(columns, rows, everything)
-        assert np.array_equal(ranged.superseded(columns, rows, everything), expected)
-        assert np.array_equal(ranged.superseded(columns, rows, ~everything), expected)
-    with pytest.raises(CleanerError, match="whole maps tracking one range"):
-        RangedKeyMap([ranges[0], _build(segments, (2000, 10_500))], whole.latest_offset)

@@ -358,24 +358,18 @@ def _check_rounds(run: JobRun, partitions: int, parts: int = 0) -> set[str]:
     return {e for r in rounds if r for e in r["executors"]}
 
 
-@pytest.mark.parametrize("map_by", ["hash", "range"])
-def test_local_job_with_key_maps_in_parts_writes_the_same_bytes(tmp_path: Path, spark: Spark, map_by: str) -> None:
+def test_local_job_with_key_maps_in_parts_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:
     """local[4], the huge-partition path forced: each partition's key map built in a stage of its own, in
-    two hash-shared parts (a key-map budget too small for one) or in four ranges of its dirty segments
-    (one per core), then a stage of one task per group."""
+    four hash-shared parts (one per core), then a stage of one task per group."""
     template = tmp_path / "template" / "logs"
     _build(template, segments=20, seed=3)
     single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
     now_ms, wall_ms = _clocks()
     _compact_single_process(single, now_ms, wall_ms)
-    dirty = max(sum(f.stat().st_size for f in (template / f"{TOPIC}-{p}").glob("*.log")) for p in range(3))
-    budget = ["--map-memory", str(dirty)] if map_by == "hash" else []  # 1.5 x the dirty bytes: 2 parts
     run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master="local[4]",
-                  job_args=["--split-bytes", "1", *budget])
-    _print_timings(f"local[4], key maps in parts by {map_by}", run)
-    parts = 2 if map_by == "hash" else 4
-    _check_rounds(run, 3, parts=parts)
-    assert {p["round"]["map_by"] for p in run.report["partitions"]} == {map_by}
+                  job_args=["--split-bytes", "1"])
+    _print_timings("local[4], key maps in 4 parts", run)
+    _check_rounds(run, 3, parts=4)
     assert _digest(distributed) == _digest(single)
     scratch = Path(run.report["scratch_dir"])
     assert scratch.is_dir() and not any(scratch.iterdir())  # the key-map parts are gone

@@ -80,6 +80,7 @@ class Harness:
         self.state: dict[str, str] = {}  # key -> latest acknowledged value
         self.sequence = 0
         self.stop = threading.Event()
+        self.seconds: dict[str, float] = {}  # per kind of command: a wait it was last seen to end within
         self.outcome = Outcome()
 
     def cli(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
@@ -157,9 +158,14 @@ class Harness:
                    PYSPARK_DRIVER_PYTHON=sys.executable)
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        # Python start-up and imports take most of the first second: aim the kills after it.
-        time.sleep(self.rng.uniform(0.3, 25.0 if spark else 2.0))
-        if proc.poll() is None:
+        # Python start-up and imports take most of the first second: aim the kills after it, and before
+        # the time this kind of command was last seen to be done by (a command on this small store
+        # often ends within a second or two; a kill after its end tests nothing).
+        started = time.monotonic()
+        time.sleep(self.rng.uniform(0.3, max(0.4, self.seconds.get(kind, 25.0 if spark else 1.2))))
+        if proc.poll() is not None:
+            self.seconds[kind] = time.monotonic() - started  # an upper bound: it ended during the sleep
+        else:
             self.outcome.killed_running += 1
             victims = descendants(proc.pid)
             try:

@@ -393,9 +393,13 @@ class Round:
     spec: Any = None
     ctx: Any = None
     recopy_bytes: int = 0
-    split: bool = False  # a key-map stage, then a rewrite task per group
     maps: list[Doc] = field(default_factory=list)  # the key-map stage's outputs
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def split(self) -> bool:
+        """A key-map stage of ``spec.parts`` tasks, then a rewrite task per group."""
+        return self.spec is not None and self.spec.parts > 1
 
     def fail(self, exc: BaseException | str, status: str = "failed") -> None:
         from kafkalog.errors import KafkaLogError
@@ -475,7 +479,7 @@ def plan_rounds(store: Any, job: Job, split_bytes: int | None, parallelism: int,
         if huge or parts > 1:
             # A part of a key map spread over the whole range costs nearly the whole map's inserts (its
             # keys) and the whole range's reading: parts by hash, one per core, halve the inserts each.
-            r.spec, r.split = dataclasses.replace(r.spec, parts=max(parts, parallelism if huge else 1)), True
+            r.spec = dataclasses.replace(r.spec, parts=max(parts, parallelism if huge else 1))
 
 
 def item(job: Job, r: Round, kind: str, **extra: Any) -> Doc:

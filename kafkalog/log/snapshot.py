@@ -312,7 +312,8 @@ def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: L
     log = LocalLog.open(directory, config, log_start_offset=base.log_start_offset, read_only=True)
     first_unstable = log.producer_state().first_unstable_offset()
     lso = base.high_watermark if first_unstable is None else min(first_unstable, base.high_watermark)
-    cleaner = (checkpoints or LogDirCheckpoints.read(Path(log_dir))).cleaner_offsets  # read once per log dir
+    cleaner = checkpoints.cleaner_offsets if checkpoints is not None else \
+        checkpoint.read_offset_checkpoint(Path(log_dir) / names.CLEANER_OFFSET_CHECKPOINT)
     return LogSnapshot(topic, partition, log_dir, config, tuple(segments), base.log_start_offset,
                        base.log_end_offset, base.high_watermark, base.pending_delete_bytes,
                        last_stable_offset=lso, cleaner_checkpoint=cleaner.get((topic, partition)))

@@ -34,6 +34,7 @@ from typing import Any
 
 from kafkalog.errors import CleanerError
 from kafkalog.log import names
+from kafkalog.log.segment import LogSegment
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.maintenance.cleaner import (
     CleanContext,
@@ -185,11 +186,11 @@ def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]
                                int(doc["log_bytes"]), int(doc["log_crc32c"]))
         if cleaned.source_bases != sources:
             raise CleanerError(f"{directory}: a task wrote group {cleaned.source_bases}, the round planned {sources}")
-        suffix = attempt_suffix(doc["tag"])
-        for name_of in (names.index_file, names.time_index_file, names.txn_index_file, names.log_file):
-            path = name_of(directory, cleaned.base_offset, suffix)
+        written = LogSegment(directory, cleaned.base_offset, suffix=attempt_suffix(doc["tag"])).files()
+        for path, name in zip(written, LogSegment(directory, cleaned.base_offset, suffix=names.CLEANED_SUFFIX).files(),
+                              strict=True):
             if path.exists():
-                os.replace(path, name_of(directory, cleaned.base_offset, names.CLEANED_SUFFIX))
+                os.replace(path, name)
         # Checks the log against the attempt's size and CRC-32C under the partition lock, and removes the
         # group's .cleaned files if they are not what the attempt wrote.
         swap_cleaned_group(ctx, cleaned)

@@ -2,8 +2,9 @@
 
 The numba kernels are compiled once into a cache dir, but every new process still loads each one
 from that cache on its first call. ``warm()`` cleans two tiny throwaway partitions (uncompressed and
-LZ4) in a temporary directory, which calls the kernels a cleaning round calls, so that a benchmark
-times the work and not the loading. It is idempotent per process and touches no real log.
+LZ4) in a temporary directory, which calls the kernels a cleaning round calls: the Spark job's probe
+runs it in each Python worker Spark will reuse for cleaning tasks, and the benchmarks before timing.
+It is idempotent per process and touches no real log.
 """
 
 from __future__ import annotations

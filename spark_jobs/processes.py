@@ -38,6 +38,14 @@ def spark_missing() -> str | None:
     return None
 
 
+def cmdline(pid: int) -> bytes:
+    """A process's NUL-separated command line; empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a process started with start_new_session=True: its process group, then each descendant by
     id (pyspark's worker daemon moves itself and its workers into a process group of their own). A process

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.processes import BIN, descendants, kill_tree
+from spark_jobs.processes import cmdline as _cmdline
 
 SUBNET_PREFIX = "10.213"  # 10.213.<n>.0/24, n chosen per cluster
 MASTER_PORT = 7077  # fixed: every namespace has ports of its own
@@ -124,13 +125,6 @@ def _tail(workdir: Path, name: str, chars: int | None = 3000) -> str:
         return text if chars is None else text[-chars:]
     except OSError:
         return ""
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def _listeners(namespace: str) -> set[Listener]:

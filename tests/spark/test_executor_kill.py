@@ -52,6 +52,7 @@ from test_compact_job import (
 )
 
 from kafkalog.log import names
+from spark_jobs.processes import cmdline as _cmdline
 from spark_jobs.processes import descendants, kill_tree, listening_addresses
 
 pytestmark = pytest.mark.spark
@@ -65,13 +66,6 @@ QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 # --- processes ------------------------------------------------------------------------------------------
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def _stat(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -13,12 +13,14 @@ import stat as stat_module
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kafkalog.errors import KafkaLogError, UnknownFileError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import LogConfig
-from kafkalog.log.index import TimeIndex
-from kafkalog.log.segment import LogSegment
+
+if TYPE_CHECKING:
+    from kafkalog.log.segment import LogSegment
 
 _TIME_ENTRY = struct.Struct(">qi")
 _INDEX_ENTRY = struct.Struct(">ii")
@@ -240,6 +242,8 @@ def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: in
         timestamp, relative_offset = _TIME_ENTRY.unpack(tail)
         if relative_offset == 0 and size > _TIME_ENTRY.size:
             # A preallocated file from a running broker ends in zero slots: find the real last entry.
+            from kafkalog.log.index import TimeIndex
+
             index = TimeIndex(Path(directory, prefix + names.TIME_INDEX_SUFFIX), base_offset)
             try:
                 index.sanity_check()
@@ -253,8 +257,16 @@ def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: in
         return -1
     if log_size <= 0:
         return -1
-    batches = LogSegment(Path(directory), base_offset).scan_valid()
+    batches = _segment(directory, base_offset).scan_valid()
     return int(batches.max_timestamp.max()) if len(batches) else -1
+
+
+def _segment(directory: str, base_offset: int) -> LogSegment:
+    """The segment, for the rare files the fast paths above cannot read alone (the compiled kernels load
+    here, not with this module: listing and planning retention do without them)."""
+    from kafkalog.log.segment import LogSegment
+
+    return LogSegment(Path(directory), base_offset)
 
 
 def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
@@ -266,7 +278,7 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
     if tail:
         relative_offset, position = _INDEX_ENTRY.unpack(tail)
         if relative_offset == 0 and size > 8:  # preallocated: use the real last entry
-            return LogSegment(Path(directory), base_offset).read_next_offset()
+            return _segment(directory, base_offset).read_next_offset()
         if position > log_size:
             position = 0
     fd = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
@@ -285,7 +297,7 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
             next_offset = offset + 1
         pos += 12 + length
     if pos == 0 and position > 0:
-        return LogSegment(Path(directory), base_offset).read_next_offset()
+        return _segment(directory, base_offset).read_next_offset()
     return next_offset
 
 
@@ -294,6 +306,7 @@ def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: L
     """A full snapshot plus what the cleaner manager needs: each segment's first batch timestamp and
     index sizes, the last stable offset (open transactions hold it back) and the cleaner checkpoint."""
     from kafkalog.log.local_log import LocalLog  # local: local_log imports this module's users
+    from kafkalog.log.segment import LogSegment
 
     base = snapshot_log(log_dir, topic, partition, config, checkpoints)
     directory = Path(base.directory)

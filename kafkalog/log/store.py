@@ -17,15 +17,17 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafkalog.errors import InvalidTopicError, LogDirError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_name, validate_topic_overrides
-from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.names import TopicPartition
 from kafkalog.log.snapshot import LogDirCheckpoints
+
+if TYPE_CHECKING:  # opening a log loads the compiled kernels: commands that only list or describe do not
+    from kafkalog.log.local_log import LocalLog
 
 # Kafka's internal topics are created compacted by the broker; a log dir copied from a broker has no
 # record of that, so without this table retention would treat them as `delete` topics.
@@ -84,6 +86,7 @@ class LogStore:
                 raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
         self.broker = broker if broker is not None else BrokerConfig.from_properties({})
         self._topics: dict[str, TopicInfo] | None = None
+        self._registered: dict[str, TopicInfo] | None = None
         self._deleting: dict[str, DeletingTopic] | None = None
         self._configs: dict[str, LogConfig] = {}
         self._checkpoints: dict[Path, tuple[tuple[int, int, int] | None, dict[tuple[str, int], int]]] = {}
@@ -96,7 +99,7 @@ class LogStore:
         Computed once per store object (a CLI invocation or a task) and refreshed by create/alter.
         """
         if self._topics is None:
-            registry, self._deleting = self._read_registry()
+            registry = self._registry()
             found: dict[str, list[PartitionLocation]] = {}
             for location in self.partitions():
                 found.setdefault(location.topic_partition.topic, []).append(location)
@@ -111,15 +114,26 @@ class LogStore:
         return self._topics
 
     def topic(self, name: str) -> TopicInfo:
-        topics = self.topics()
-        if name not in topics:
+        info = self._find_topic(name)
+        if info is None:
             raise InvalidTopicError(f"topic {name!r} does not exist in {self._dirs_text()}")
-        return topics[name]
+        return info
+
+    def _find_topic(self, name: str) -> TopicInfo | None:
+        """A registered topic is found in the registry alone; only another name needs every partition
+        directory listed (a topic a broker wrote has no registry entry)."""
+        if self._topics is None and name in self._registry():
+            return self._registry()[name]
+        return self.topics().get(name)
+
+    def _registry(self) -> dict[str, TopicInfo]:
+        if self._registered is None:
+            self._registered, self._deleting = self._read_registry()
+        return self._registered
 
     def log_config(self, topic: str) -> LogConfig:
-        topics = self.topics()
         if topic not in self._configs:
-            info = topics.get(topic)
+            info = self._find_topic(topic)
             overrides = info.overrides if info else INTERNAL_TOPIC_CONFIGS.get(topic, {})
             self._configs[topic] = LogConfig.resolve(self.broker, overrides)
         return self._configs[topic]
@@ -153,6 +167,8 @@ class LogStore:
                     directory.mkdir()
                     made.append(directory)
                     checkpoint.write_partition_metadata(directory / names.PARTITION_METADATA, info.topic_id)
+                    from kafkalog.log.local_log import LocalLog
+
                     LocalLog.open(directory, LogConfig.resolve(self.broker, normalised)).close()
                 registry, deleting = self._read_registry()
                 registry[name] = info
@@ -181,7 +197,7 @@ class LogStore:
     # --- topic deletion (LogManager.asyncDelete, spec §3.1) --------------------------------------
     def deleting_topics(self) -> dict[str, DeletingTopic]:
         """Topics whose deletion began and has not finished renaming every partition dir."""
-        self.topics()
+        self._registry()
         assert self._deleting is not None
         return self._deleting
 
@@ -236,9 +252,8 @@ class LogStore:
     # --- partitions ----------------------------------------------------------------------------
     def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLocation]:
         """Every ``<topic>-<partition>`` directory, across log dirs, sorted; none of a topic being deleted."""
-        if self._deleting is None:
-            self._deleting = self._read_registry()[1]
-        deleting = self._deleting
+        self._registry()
+        deleting = self._deleting or {}
         out: list[PartitionLocation] = []
         for log_dir in self.log_dirs:
             for entry in os.scandir(log_dir):
@@ -270,6 +285,8 @@ class LogStore:
                  revalidate_all: bool = False) -> LocalLog:
         """Open a partition as Kafka's loader would; ``revalidate_all`` re-validates every segment, as
         after an unclean shutdown with no recovery point (``kafkalog recover --full``)."""
+        from kafkalog.log.local_log import LocalLog
+
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key)
@@ -424,6 +441,7 @@ class LogStore:
 
     def _invalidate(self) -> None:
         self._topics = None
+        self._registered = None
         self._deleting = None
         self._configs = {}
 

@@ -268,6 +268,12 @@ def _recover_all(args: argparse.Namespace, store: LogStore, results: list[dict[s
     for location in store.partitions():
         tp = location.topic_partition
         try:
+            # A partition Kafka's loader would open as it is is left alone, unlocked and unread.
+            end = None if args.full else store.clean_log_end(location)
+            if end is not None:
+                results.append({"topic": tp.topic, "partition": tp.partition, "recovered_segments": [],
+                                "truncated_bytes": 0, "actions": [], "log_end_offset": end})
+                continue
             with store.writable_log(location, truncate_corrupt=True, revalidate_all=args.full) as log:
                 report = log.load_report
                 results.append({"topic": tp.topic, "partition": tp.partition,

@@ -279,15 +279,23 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
         relative_offset, position = _INDEX_ENTRY.unpack(tail)
         if relative_offset == 0 and size > 8:  # preallocated: use the real last entry
             return _segment(directory, base_offset).read_next_offset()
-        if position > log_size:
+        if not 0 <= position <= log_size:  # a damaged entry: frame the whole segment
             position = 0
     fd = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
     try:
         data = os.pread(fd, log_size - position, position)
     finally:
         os.close(fd)
+    next_offset, end = _frame(data, base_offset)
+    if end == 0 and position > 0:
+        return _segment(directory, base_offset).read_next_offset()
+    return next_offset
+
+
+def _frame(data: bytes, base_offset: int) -> tuple[int, int]:
+    """(the offset after the last whole batch, where that batch ends) from the batch headers alone."""
     next_offset, pos = base_offset, 0
-    while pos + 17 < len(data) + 0:
+    while pos + 17 < len(data):
         offset, length = _ENVELOPE.unpack_from(data, pos)
         if length < 14 or pos + 12 + length > len(data):
             break  # a torn or zero-filled tail ends the log
@@ -296,9 +304,122 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
         else:
             next_offset = offset + 1
         pos += 12 + length
-    if pos == 0 and position > 0:
-        return _segment(directory, base_offset).read_next_offset()
+    return next_offset, pos
+
+
+_INDEX_ENTRY_BYTES = {names.INDEX_SUFFIX: 8, names.TIME_INDEX_SUFFIX: 12, names.TXN_INDEX_SUFFIX: 34}
+_KNOWN_SEGMENT_SUFFIXES = frozenset({*_INDEX_ENTRY_BYTES, names.LOG_SUFFIX, names.SNAPSHOT_SUFFIX})
+
+
+def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: bool) -> int | None:
+    """The log end offset of a partition that Kafka's loader opens without recovering anything, else None
+    (then only the full load can tell what to do).
+
+    Clean means: only segment files, producer snapshots and the partition's own files (no ``.swap`` or
+    ``.cleaned`` leftovers, no index without its log); every segment with its offset index and, if it
+    holds data, its time index, each a whole number of entries whose first and last entries lie inside
+    the segment's offsets and data, in order; every segment's batches after its last offset-index entry
+    ending exactly at its end (the bytes the full load's index check reads); a readable
+    ``leader-epoch-checkpoint`` where there is one; and either the log end at the recovery point (every
+    kafkalog writer flushes and records it when it closes a log, so a writer that died leaves the point
+    behind the end) or a broker's ``.kafka_cleanshutdown`` in the log dir. Like Kafka's loader after a
+    clean shutdown, it reads no index entries in between (``recover --full`` and ``verify`` check all).
+    """
+    present: set[str] = set()
+    logs: list[str] = []
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in os.listdir(dir_fd):
+            if name in names.PARTITION_FILES or name.endswith(names.DELETED_SUFFIX):
+                continue
+            prefix, dot, suffix = name.partition(".")
+            if len(prefix) != 20 or not prefix.isdigit() or dot + suffix not in _KNOWN_SEGMENT_SUFFIXES:
+                return None  # a leftover, or a name only the full load can judge
+            present.add(name)
+            if dot + suffix == names.LOG_SUFFIX:
+                logs.append(prefix)
+        for name in present:
+            if name[20:] in _INDEX_ENTRY_BYTES and name[:20] + names.LOG_SUFFIX not in present:
+                return None  # an orphan index
+        if not logs:
+            return None
+        logs.sort()
+        log_end = -1
+        for prefix in logs:
+            try:
+                log_end = _clean_segment_end(dir_fd, prefix, present)
+            except FileNotFoundError:  # renamed since the listing (retention, a swap): not for this check
+                return None
+            if log_end < 0:
+                return None
+        checkpoint.read_leader_epoch_checkpoint(Path(directory, names.LEADER_EPOCH_CHECKPOINT))  # loaded with it
+    finally:
+        os.close(dir_fd)
+    return log_end if clean_shutdown or recovery_point == log_end else None
+
+
+def _clean_segment_end(dir_fd: int, prefix: str, present: set[str]) -> int:
+    """The segment's next offset if it passes ``clean_log_end``'s checks, else -1."""
+    base = int(prefix)
+    log_size = _regular_size(dir_fd, prefix + names.LOG_SUFFIX)
+    offsets = _index_ends(dir_fd, prefix + names.INDEX_SUFFIX, _INDEX_ENTRY, present)
+    times = _index_ends(dir_fd, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY, present)
+    txn_name = prefix + names.TXN_INDEX_SUFFIX
+    if log_size < 0 or offsets is None or (log_size and times is None) or (
+            txn_name in present and _regular_size(dir_fd, txn_name) % 34):
+        return -1
+    position = 0
+    if offsets:
+        (first_offset, first_position), (last_offset, position) = offsets
+        if not 0 <= first_offset <= last_offset or not 0 <= first_position <= position < log_size:
+            return -1
+    fd = os.open(prefix + names.LOG_SUFFIX, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        data = os.pread(fd, log_size - position, position)
+    finally:
+        os.close(fd)
+    next_offset, end = _frame(data, base)
+    if end != len(data) or (position and not end):
+        return -1  # not ending on a batch boundary, or an index entry that starts no batch
+    if offsets and base + offsets[1][0] > max(base, next_offset):
+        return -1
+    if times:
+        (first_time, _), (last_time, last_relative) = times
+        if not (first_time <= last_time and 0 <= last_relative and base + last_relative < next_offset):
+            return -1  # also a preallocated index's zero slots: only the full load finds its real end
     return next_offset
+
+
+def _regular_size(dir_fd: int, name: str) -> int:
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    return info.st_size if stat_module.S_ISREG(info.st_mode) else -1
+
+
+def _index_ends(dir_fd: int, name: str, entry: struct.Struct, present: set[str]) -> tuple[tuple[int, ...], ...] | None:
+    """The first and last entries of an index (``()`` if it has none); None if it is missing, not a
+    regular file, or ends in a torn entry."""
+    if name not in present:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat_module.S_ISREG(info.st_mode) or info.st_size % entry.size:
+            return None
+        if not info.st_size:
+            return ()
+        # Small indexes (the usual case) in one read; a large one by its two ends.
+        data = os.pread(fd, info.st_size, 0) if info.st_size <= 65536 else \
+            os.pread(fd, entry.size, 0) + os.pread(fd, entry.size, info.st_size - entry.size)
+    finally:
+        os.close(fd)
+    if len(data) % entry.size or not data:
+        return None  # it changed under us
+    return entry.unpack_from(data, 0), entry.unpack_from(data, len(data) - entry.size)
 
 
 def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: LogConfig,

@@ -296,6 +296,19 @@ class LogStore:
                              recovery_point=recovery or 0, had_clean_shutdown=clean,
                              read_only=read_only, truncate_corrupt=truncate_corrupt)
 
+    def clean_log_end(self, location: PartitionLocation) -> int | None:
+        """The log end offset if Kafka's loader would open this partition without recovering anything
+        (``snapshot.clean_log_end``), else None; reads a few file headers, changes nothing."""
+        from kafkalog.log.snapshot import clean_log_end
+
+        tp = location.topic_partition
+        key = (tp.topic, tp.partition)
+        recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
+        clean_shutdown = (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
+        end = clean_log_end(location.directory, recovery, clean_shutdown)
+        start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key, 0)
+        return end if end is not None and start <= end else None
+
     @contextmanager
     def writable_log(self, location: PartitionLocation, *, timeout_s: float = 30.0,
                      truncate_corrupt: bool = False, revalidate_all: bool = False) -> Iterator[LocalLog]:

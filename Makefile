@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml constraints.txt
 	# The Spark provider pulls in pyspark-client, which overwrites pyspark's Python files with an
 	# older version; put pyspark's own files back.
 	$(PY) -m pip install --quiet --no-deps --force-reinstall "pyspark==$(PYSPARK_VERSION)"
+	# Every kafkalog command is a fresh process: byte-compile the package (PYTHONDONTWRITEBYTECODE, set on
+	# some machines, would otherwise have each command compile it again) and fill numba's kernel cache.
+	$(PY) -m compileall -q kafkalog
+	$(PY) -m kafkalog.maintenance.warmup
 	touch $(STAMP)
 
 # Debian packages the tests use: chromium (the UI tests' browser, driven by Playwright) and

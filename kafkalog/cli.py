@@ -109,9 +109,7 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 
 def cmd_topics_describe(args: argparse.Namespace) -> int:
     store = _store(args)
-    topics = store.topics()
-    if args.topic is not None:
-        topics = {args.topic: store.topic(args.topic)}
+    topics = {args.topic: store.topic(args.topic)} if args.topic is not None else store.topics()
     docs: list[dict[str, Any]] = []
     for info in topics.values():
         entries = describe(store.broker, info.overrides)

@@ -13,7 +13,7 @@ import stat as stat_module
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kafkalog.errors import KafkaLogError, UnknownFileError
 from kafkalog.log import checkpoint, names
@@ -29,8 +29,7 @@ MAX_LONG = (1 << 63) - 1
 NOT_READ = -2  # max_timestamp_ms of a segment whose time index the snapshot did not need to read
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentSnapshot:
+class SegmentSnapshot(NamedTuple):  # a tuple: retention builds one per segment of every partition, each cycle
     base_offset: int
     next_offset: int  # the next segment's base offset, or the log end offset for the last segment
     size_bytes: int

@@ -83,16 +83,18 @@ class LocalLog:
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, log_start_offset: int = 0,
              recovery_point: int | None = None, had_clean_shutdown: bool = False,
-             read_only: bool = False, truncate_corrupt: bool = False) -> LocalLog:
+             read_only: bool = False, truncate_corrupt: bool = False, rebuild_in_memory: bool = True) -> LocalLog:
         """Load a partition directory; ``truncate_corrupt`` lets recovery cut a log at a corrupt
         batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises.
         A read-only open takes no lock: a file renamed away while it loads (a swap, retention) makes
-        it load again, a bounded number of times."""
+        it load again, a bounded number of times. ``rebuild_in_memory=False`` lets a read-only open that
+        reads every segment itself anyway (``verify``) skip the stand-in rebuild of an unusable index:
+        its entries are dropped, which only makes lookups scan from the segment's start."""
         for attempt in range(READ_REOPENS if read_only else 1):
             try:
                 return cls._open(directory, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
                                  had_clean_shutdown=had_clean_shutdown, read_only=read_only,
-                                 truncate_corrupt=truncate_corrupt)
+                                 truncate_corrupt=truncate_corrupt, rebuild_in_memory=rebuild_in_memory)
             except FileNotFoundError:
                 if attempt + 1 == READ_REOPENS or not read_only:
                     raise
@@ -100,7 +102,8 @@ class LocalLog:
 
     @classmethod
     def _open(cls, directory: Path, config: LogConfig, *, log_start_offset: int, recovery_point: int | None,
-              had_clean_shutdown: bool, read_only: bool, truncate_corrupt: bool) -> LocalLog:
+              had_clean_shutdown: bool, read_only: bool, truncate_corrupt: bool,
+              rebuild_in_memory: bool = True) -> LocalLog:
         directory = Path(directory)
         topic_partition = names.parse_partition_dir_name(directory.name)
         if topic_partition is None:
@@ -149,8 +152,11 @@ class LocalLog:
             if not _indexes_sane(segment):
                 notes.append(f"segment {parsed.base_offset}: index missing or corrupt, rebuilt"
                              + (" in memory" if read_only else ""))
-                if read_only:
+                if read_only and rebuild_in_memory:
                     segment = _in_memory_rebuild(segment)
+                elif read_only:
+                    segment.offset_index.forget_entries()
+                    segment.time_index.forget_entries()
                 else:
                     truncated += segment.recover(truncate_corrupt=truncate_corrupt)
                     recovered.append(parsed.base_offset)

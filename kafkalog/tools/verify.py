@@ -95,7 +95,7 @@ def _verify_partition(store: LogStore, location: PartitionLocation) -> Partition
     tp = location.topic_partition
     report = PartitionReport(tp.topic, tp.partition, str(location.log_dir))
     try:
-        log = store.open_log(location, read_only=True)
+        log = store.open_log(location, read_only=True, rebuild_in_memory=False)  # every segment is read below
     except KafkaLogError as exc:
         report.problems.append(str(exc))
         return report

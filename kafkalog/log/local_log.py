@@ -492,28 +492,37 @@ class LocalLog:
                             "try again")
 
     def _read_from(self, start: int) -> Iterator[tuple[RecordColumns, int]]:
+        """Records from ``start`` on, a chunk of a segment at a time: a reader that stops early (a
+        ``--max-records``) reads, checks and decodes only the chunks it was served from."""
         previous_last = -1
-        for segment in self._segments:
-            if segment.read_next_offset() <= start:
+        for i, segment in enumerate(self._segments):
+            # A segment ends where the next one begins, the last at the log end: skipping needs no read.
+            end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else self._log_end_offset
+            if end <= start:
                 continue
-            found = segment.translate_offset(start)
-            if found is None:
-                continue
-            data, batches = segment.scan(found.position)
-            where = f"{segment.log_path} (from byte {found.position}): "
-            corrupt = find_corrupt_batch(data, batches, where=where)
-            if corrupt is not None:
-                raise CorruptRecordError(corrupt)
-            backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", found.position)
-            if backwards is not None:
-                raise CorruptRecordError(f"{backwards}; `kafkalog recover --full` truncates the log there")
-            if len(batches):
-                previous_last = int(batches.last_offset[-1])
-            records = scan_records(data, batches, where=f"{segment.log_path}: ")
-            control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
-            rows = np.flatnonzero((records.offset >= start) & (records.offset < self.high_watermark) & ~control)
-            for row in rows:
-                yield records, int(row)
+            _, position = segment.offset_index.lookup(start)
+            for view, batches in segment.scan_chunks(position):
+                chunk_at, position = position, position + batches.valid_end
+                wanted = np.flatnonzero(batches.last_offset >= start)
+                if not len(wanted):
+                    continue
+                skip = int(batches.position[wanted[0]])
+                data = bytes(view[skip:batches.valid_end])  # the chunk buffer is reused for the next read
+                batches = scan_batches(data)
+                chunk_at += skip
+                corrupt = find_corrupt_batch(data, batches, where=f"{segment.log_path} (from byte {chunk_at}): ")
+                if corrupt is not None:
+                    raise CorruptRecordError(corrupt)
+                backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", chunk_at)
+                if backwards is not None:
+                    raise CorruptRecordError(f"{backwards}; `kafkalog recover --full` truncates the log there")
+                if len(batches):
+                    previous_last = int(batches.last_offset[-1])
+                records = scan_records(data, batches, where=f"{segment.log_path}: ")
+                control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
+                rows = np.flatnonzero((records.offset >= start) & (records.offset < self.high_watermark) & ~control)
+                for row in rows:
+                    yield records, int(row)
 
 
 def _indexes_sane(segment: LogSegment) -> bool:

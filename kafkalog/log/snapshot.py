@@ -192,7 +192,7 @@ def _regular_file_size(dir_fd: int, name: str) -> int:
     return info.st_size if stat_module.S_ISREG(info.st_mode) else 0
 
 
-def _open_regular(dir_fd: int, directory: str, name: str) -> int:
+def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, int]:
     """Open a file of the partition for reading; a symlink, FIFO or device is refused, never followed
     or waited on (``O_NONBLOCK`` keeps a FIFO from blocking the open)."""
     try:
@@ -202,26 +202,28 @@ def _open_regular(dir_fd: int, directory: str, name: str) -> int:
             raise UnknownFileError(f"{directory}/{name}: a symlink; kafkalog reads and writes only regular files "
                                    "in a partition directory (replace it with the file itself)") from None
         raise
-    if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat_module.S_ISREG(info.st_mode):
         os.close(fd)
         raise UnknownFileError(f"{directory}/{name}: not a regular file (a FIFO or device?); kafkalog reads and "
                                "writes only regular files in a partition directory")
-    return fd
+    return fd, info.st_size
 
 
 def _read_ends(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple[bytes, bytes, int]:
     """The first and the last whole ``entry_size`` bytes of a file (b"" if none) and its length."""
     try:
-        fd = _open_regular(dir_fd, directory, name)
+        fd, size = _open_regular(dir_fd, directory, name)
     except FileNotFoundError:
         return b"", b"", 0
     try:
-        size = os.lseek(fd, 0, os.SEEK_END)
         usable = size - size % entry_size
         if not usable:
             return b"", b"", size
-        head = os.pread(fd, entry_size, 0)
-        return head, (os.pread(fd, entry_size, usable - entry_size) if usable > entry_size else head), size
+        if usable <= 65536:  # the usual index: one read
+            data = os.pread(fd, usable, 0)
+            return data[:entry_size], data[len(data) - entry_size:], size
+        return os.pread(fd, entry_size, 0), os.pread(fd, entry_size, usable - entry_size), size
     finally:
         os.close(fd)
 
@@ -280,7 +282,7 @@ def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log
             return _segment(directory, base_offset).read_next_offset()
         if not 0 <= position <= log_size:  # a damaged entry: frame the whole segment
             position = 0
-    fd = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
+    fd, _ = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
     try:
         data = os.pread(fd, log_size - position, position)
     finally:

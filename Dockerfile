@@ -67,7 +67,7 @@ COPY kafkalog ./kafkalog
 RUN set -eux; \
     pip install --no-deps -c constraints.txt .; \
     python -c "import kafkalog, pyspark; assert pyspark.__version__ == '${PYSPARK_VERSION}', pyspark.__version__"; \
-    python -m kafkalog.maintenance.warmup; \
+    python -c 'from kafkalog.maintenance.warmup import warm; warm()'; \
     rm -rf build kafkalog.egg-info
 
 # 3. The Spark job, the DAGs and the plugins. kafkalog is installed into site-packages, so the job is not

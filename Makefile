@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# Every kafkalog command is a fresh process: byte-compile the package (PYTHONDONTWRITEBYTECODE, set on
 	# some machines, would otherwise have each command compile it again) and fill numba's kernel cache.
 	$(PY) -m compileall -q kafkalog
-	$(PY) -m kafkalog.maintenance.warmup
+	$(PY) -c 'from kafkalog.maintenance.warmup import warm; warm()'
 	touch $(STAMP)
 
 # Debian packages the tests use: chromium (the UI tests' browser, driven by Playwright) and

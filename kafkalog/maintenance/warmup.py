@@ -4,8 +4,7 @@ The numba kernels are compiled once into a cache dir, but every new process stil
 from that cache on its first call. ``warm()`` cleans two tiny throwaway partitions (uncompressed and
 LZ4) in a temporary directory, which calls the kernels a cleaning round calls: the Spark job's probe
 runs it in each Python worker Spark will reuse for cleaning tasks, and the benchmarks before timing.
-It is idempotent per process and touches no real log. Run as a module, it is an install step that
-fills numba's on-disk cache (`make install`, the Dockerfile), so no user command pays for a compile.
+It is idempotent per process and touches no real log.
 """
 
 from __future__ import annotations
@@ -42,7 +41,3 @@ def warm() -> float:
             clean_partition(store, location, 0, active, now_ms=now, wall_now_ms=now)
     _warmed_s = time.perf_counter() - started
     return _warmed_s
-
-
-if __name__ == "__main__":  # an install step: `python -m kafkalog.maintenance.warmup` fills numba's cache
-    print(f"kafkalog: compiled kernels loaded or compiled into numba's cache in {warm():.1f} s")

@@ -46,7 +46,7 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
-from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
+from tests.spark.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
 
 pytestmark = pytest.mark.spark
 

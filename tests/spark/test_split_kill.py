@@ -73,7 +73,7 @@ from test_compact_job import (
 from test_executor_kill import QUICK_JVM, _cmdline, _ExecutorWatch, _gone, _in_flight, _stat, _wait_stopped
 
 from kafkalog.log import names
-from spark_jobs.processes import descendants, kill_tree
+from tests.spark.processes import descendants, kill_tree
 
 pytestmark = pytest.mark.spark
 

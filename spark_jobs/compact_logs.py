@@ -1,20 +1,16 @@
-"""Compact Kafka-format logs with Spark: the driver plans and commits, Spark tasks clean.
-
-    spark-submit spark_jobs/compact_logs.py --log-dir DIR [--plan PLAN.json | --topic T [--partition P]] \\
-        [--now-ms MS] --report REPORT.json
-
-Every task decides with the driver's two clocks, so the job writes the segments ``kafkalog compact``
-writes, byte for byte; only the driver swaps, under the partitions' cleaner locks, so a kill at any point
-leaves every partition recoverable to old or new by ``kafkalog recover``. Exit codes: 0 every planned
-partition was cleaned; 1 the job refused to run (nothing changed) or Spark failed; 2 a partition failed
-or was locked. The steps, the file-system contract, the options and the report: ``spark_jobs/README.md``.
+"""Compact Kafka-format logs with Spark: the driver plans and commits, Spark tasks clean
+(``kafkalog.maintenance.cleaning_tasks``). Every task decides with the driver's two clocks, so the job
+writes the segments ``kafkalog compact`` writes, byte for byte; only the driver swaps, under the
+partitions' cleaner locks, so a kill at any point leaves every partition recoverable to old or new by
+``kafkalog recover``. Exit codes: 0 every planned partition was cleaned; 1 the job refused to run
+(nothing changed) or Spark failed; 2 a partition failed or was locked. The steps, the file-system
+contract, the options and the report: ``spark_jobs/README.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import fcntl
 import gc
 import math
@@ -65,11 +61,6 @@ class JobError(Exception):
     """The job refuses to run; the message says why and what to do."""
 
 
-def since(started: float) -> float:
-    """Seconds since ``started``, as the report gives them."""
-    return round(time.time() - started, 3)
-
-
 # --- arguments (spark_jobs/README.md explains each) -------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # exit 1, not argparse's 2: 2 means "see the report"
@@ -108,23 +99,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 # --- executor side (pickled by value with this module; kafkalog is imported inside) ------------------------
 def executor_name() -> str:
-    """This Python worker's executor: its work dir on a cluster (unique per executor), else the driver's."""
+    """``host/executor`` of this Python worker: its executor's work dir on a cluster (unique per executor)."""
     work_dir = os.environ.get("SPARK_EXECUTOR_DIRS", "")
-    return os.path.basename(work_dir.split(os.pathsep)[0]) if work_dir else "driver"
+    executor = os.path.basename(work_dir.split(os.pathsep)[0]) if work_dir else "driver"
+    return f"{socket.gethostname()}/{executor}"
 
 
 def lock_seen(path: str) -> str:
-    """"held" if another process holds an ``flock`` on ``path`` (as the driver does), else why not."""
+    """"held" if another process holds an ``flock`` on ``path`` (as the driver does), else what it is."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with open(path, "rb") as f:  # closing it releases the lock, if this process got it
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "held"
     except OSError as exc:
-        return f"cannot be opened ({exc.strerror})"
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        return "held" if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else f"flock fails ({exc.strerror})"
-    finally:
-        os.close(fd)  # also releases the lock, if this process got it
+        return f"not lockable ({exc.strerror})"
     return "free"
 
 
@@ -156,20 +145,23 @@ def probe(log_dirs: Sequence[str], expected: dict[str, list[str]], held: Sequenc
             problem = f"cannot be created ({exc.strerror})"
         if problem:
             problems.append(f"{option} {d} {problem} on {where}; pass {option} DIR writable by every executor")
-    seen: Doc = {"where": where, "executor": f"{socket.gethostname()}/{executor_name()}", "problems": problems,
-            "clock_ms": time.time() * 1000}
     # This Python worker (Spark reuses it) will run cleaning tasks: load the compiled kernels now, once,
     # rather than in the first task it runs.
     os.environ.setdefault("NUMBA_CACHE_DIR", job_dirs["--numba-cache-dir"])
-    with contextlib.suppress(Exception):  # the cleaning tasks will report what is wrong
+    try:
         from kafkalog.maintenance.warmup import warm
 
         warm()
-        # pyspark runs a full gc.collect() after each task of a reused worker; with the kernels and their
-        # modules in reach each one walks ~10^5 objects (tens of ms a task). They live as long as the worker.
-        gc.collect()
-        gc.freeze()
-    return seen
+    except ImportError as exc:
+        problems.append(f"{where} cannot import kafkalog ({exc}): spark.pyspark.python must be a Python with "
+                        "kafkalog installed")
+    except Exception:  # noqa: BLE001 - the cleaning tasks will report what is wrong
+        pass
+    # pyspark runs a full gc.collect() after each task of a reused worker; with the kernels and their modules
+    # in reach each one walks ~10^5 objects (tens of ms a task). They live as long as the worker.
+    gc.collect()
+    gc.freeze()
+    return {"where": where, "executor": executor_name(), "problems": problems, "clock_ms": time.time() * 1000}
 
 
 def run_task(item: Doc) -> Doc:
@@ -180,18 +172,14 @@ def run_task(item: Doc) -> Doc:
     os.environ.setdefault("NUMBA_CACHE_DIR", item["numba_cache_dir"])
     from pyspark import TaskContext
 
+    from kafkalog.log.config import BrokerConfig
+    from kafkalog.log.store import LogStore
+    from kafkalog.maintenance import cleaning_tasks as tasks
+
     task = TaskContext.get()
     tag = f"attempt-{task.taskAttemptId()}" if task is not None else f"pid-{os.getpid()}"
     out: Doc = {"key": item["key"], "kind": item["kind"], "ok": False, "error": None, "tag": tag,
-                "executor": f"{socket.gethostname()}/{executor_name()}", "started_at": time.time()}
-    try:
-        from kafkalog.log.config import BrokerConfig
-        from kafkalog.log.store import LogStore
-        from kafkalog.maintenance import cleaning_tasks as tasks
-    except ImportError as exc:
-        out["error"] = (f"cannot import kafkalog on executor {socket.gethostname()} ({exc}); "
-                        "spark.pyspark.python must be a Python with kafkalog installed")
-        return out
+                "executor": executor_name(), "started_at": time.time()}
     try:
         store = LogStore(item["log_dirs"], BrokerConfig.from_properties(item["broker_properties"]))
         spec = tasks.RoundSpec.from_dict(item["spec"])
@@ -239,17 +227,6 @@ def open_store(args: argparse.Namespace) -> tuple[LogStore, dict[str, str]]:
         if not os.access(d, os.R_OK | os.X_OK | os.W_OK):
             raise JobError(f"log dir {d} is not readable and writable by this user on the driver")
     return store, properties
-
-
-def job_dir(given: str | None, default: str, option: str, store: LogStore) -> str:
-    """A dir beside the first log dir (or as given) that every executor must be able to write."""
-    path = Path(given or store.log_dirs[0].parent / default).resolve()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise JobError(f"{option} {path} cannot be created ({exc.strerror}); pass {option} DIR writable by "
-                       "every executor") from None
-    return str(path)
 
 
 # --- driver: Spark -----------------------------------------------------------------------------------------
@@ -319,11 +296,11 @@ class Round:
     ctx: Any = None
     recopy_bytes: int = 0
     maps: list[Doc] = field(default_factory=list)  # the key-map stage's outputs
+    scratch: Any = None  # where its key maps go, of this run and of killed ones; set with its spec
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
-    def name(self) -> str:
-        """The partition directory's name: its tasks' ``key``."""
+    def name(self) -> str:  # its tasks' key
         return str(self.location.directory.name)
 
     @property
@@ -343,6 +320,7 @@ class Round:
             if self.spec is not None:
                 with contextlib.suppress(OSError):
                     tasks.discard_attempts(self.location)
+                shutil.rmtree(self.scratch, ignore_errors=True)
             self.held.close()
             self.locked = False
             self.out["finished_at"] = time.time()
@@ -353,7 +331,6 @@ class Job:
     log_dirs: list[str]
     cache_dir: str
     scratch_dir: str
-    run_dir: Path
     now_ms: int
     wall_now_ms: int
     run_id: str
@@ -379,25 +356,16 @@ def lock_rounds(store: LogStore, job: Job) -> None:
             r.fail(exc)
 
 
-def remove_stale_scratch(job: Job) -> None:
-    """Key maps that killed runs left for the partitions this job now holds (their cleaner locks are ours)."""
-    scratch = Path(job.scratch_dir)
-    for r in job.live():
-        for stale in scratch.glob(f"*/{r.name}"):
-            shutil.rmtree(stale, ignore_errors=True)
-    for run_dir in scratch.iterdir():
-        with contextlib.suppress(OSError):  # not empty: another job's, still running
-            run_dir.rmdir()
-
-
 def plan_rounds(sc: Any, store: LogStore, job: Job, split_bytes: int | None, map_memory: int | None) -> None:
     """Leftovers resolved and each round's spec fixed; a huge partition gets a key-map stage, in as many
     parts as its map needs to fit a task's memory (as given, or half the executor's declared Python memory)."""
     for r in job.live():
+        r.scratch = Path(job.scratch_dir) / r.name
+        shutil.rmtree(r.scratch, ignore_errors=True)  # killed runs' key maps (the partition's lock is ours now)
         try:
-            t = r.target
-            r.spec, r.ctx = tasks.plan_round(store, r.location, t["first_dirty_offset"], t["first_uncleanable_offset"],
-                                             now_ms=job.now_ms, wall_now_ms=job.wall_now_ms)
+            r.spec, r.ctx = tasks.plan_round(store, r.location, r.target["first_dirty_offset"],
+                                             r.target["first_uncleanable_offset"], now_ms=job.now_ms,
+                                             wall_now_ms=job.wall_now_ms)
             bases = {b for g in r.spec.groups for b in g}
             r.recopy_bytes = sum(s.size for s in r.ctx.segments if s.base_offset in bases)
         except Exception as exc:  # noqa: BLE001
@@ -427,7 +395,7 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
     """The cleaning stages, and each round's commit as soon as its last stage is in."""
     stages: Doc = {}
     live = sorted(job.live(), key=lambda r: -r.recopy_bytes)  # the biggest first
-    first = [item(job, r, "map", part=p, scratch=str(job.run_dir / r.name)) for r in live if r.split
+    first = [item(job, r, "map", part=p, scratch=str(r.scratch / job.run_id)) for r in live if r.split
              for p in range(r.spec.parts)]
     first += [item(job, r, "round") for r in live if not r.split]
     outs = run_stage(sc, first, "clean", stages)
@@ -447,8 +415,7 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
 
 
 def run_stage(sc: Any, items: list[Doc], name: str, stages: Doc) -> dict[str, list[Doc]]:
-    """One Spark stage of ``run_task``, a task per item in the given order; its outputs by partition. If
-    Spark gives up on the stage, every task of it reports that."""
+    """One Spark stage of ``run_task``, a task per item in the given order; its outputs by partition."""
     if not items:
         return {}
     stage: Doc = {"tasks": len(items), "error": None}
@@ -462,7 +429,7 @@ def run_stage(sc: Any, items: list[Doc], name: str, stages: Doc) -> dict[str, li
         stage["error"] = str(exc).strip().splitlines()[0][:500]
         outs = [{"key": i["key"], "ok": False, "error": f"Spark gave up on the {name} stage: {stage['error']}"}
                 for i in items]
-    stage["seconds"] = since(started)
+    stage["seconds"] = round(time.time() - started, 3)
     by_key: dict[str, list[Doc]] = {}
     for out in outs:
         by_key.setdefault(out["key"], []).append(out)
@@ -490,7 +457,8 @@ def commit(job: Job, r: Round, outs: list[Doc], expected: int) -> None:
     r.out.update(ok=True, status="cleaned", error=None, end_offset=result.end_offset,
                  groups=[[list(old), new] for old, new in result.groups], stats=result.stats.to_dict(),
                  round={"map_parts": len(r.maps), "groups": len(r.spec.groups), "tasks": len(outs) + len(r.maps),
-                        "executors": sorted({o["executor"] for o in (*r.maps, *outs)}), "commit_s": since(started)})
+                        "executors": sorted({o["executor"] for o in (*r.maps, *outs)}),
+                        "commit_s": round(time.time() - started, 3)})
     r.end()
 
 
@@ -498,22 +466,20 @@ def clean_on_spark(args: argparse.Namespace, doc: Doc, store: LogStore, plan: Do
     timings, started = doc["timings"], time.time()
     sc = start_spark(args, job.cache_dir)
     try:
-        timings["session_start_s"] = since(started)
+        timings["session_start_s"] = round(time.time() - started, 3)
         doc["spark"] = {"master": sc.master, "app_id": sc.applicationId, "default_parallelism": sc.defaultParallelism}
         lock_rounds(store, job)
         started = time.time()
         doc["spark"].update(check_executors(sc, job, args))
-        timings["executor_check_s"] = since(started)
+        timings["executor_check_s"] = round(time.time() - started, 3)
         apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
-        remove_stale_scratch(job)
         plan_rounds(sc, store, job, args.split_bytes, args.map_memory)
         started = time.time()
         doc["spark"]["stages"] = clean_rounds(sc, job)
-        timings["clean_job_s"] = since(started)
+        timings["clean_job_s"] = round(time.time() - started, 3)
     finally:
         for r in job.live():  # the driver itself failed (Spark, a bug): the locks still go, recovery does the rest
             r.fail("the job stopped before this partition was committed")
-        shutil.rmtree(job.run_dir, ignore_errors=True)
         sc.stop()
 
 
@@ -532,10 +498,11 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
         doc.update(now_ms=now_ms, wall_now_ms=wall_now_ms)
         store, broker_properties = open_store(args)
         doc["log_dirs"] = log_dirs = [str(d) for d in store.log_dirs]
-        doc["numba_cache_dir"] = cache_dir = job_dir(args.numba_cache_dir, DEFAULT_NUMBA_CACHE, "--numba-cache-dir",
-                                                     store)
+        # Beside the first log dir unless given; the probe checks that every executor can write them.
+        beside = store.log_dirs[0].parent
+        doc["numba_cache_dir"] = cache_dir = str(Path(args.numba_cache_dir or beside / DEFAULT_NUMBA_CACHE).resolve())
         os.environ["NUMBA_CACHE_DIR"] = cache_dir  # also for a JVM this process launches, and its workers
-        doc["scratch_dir"] = scratch_dir = job_dir(args.scratch_dir, DEFAULT_SCRATCH, "--scratch-dir", store)
+        doc["scratch_dir"] = scratch_dir = str(Path(args.scratch_dir or beside / DEFAULT_SCRATCH).resolve())
         if plan is None:
             plan = plan_compaction(store, now_ms=now_ms, topic=args.topic, byte_budget=args.byte_budget,
                                    partitions=None if args.partition is None else [args.partition])
@@ -546,8 +513,8 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
     doc["plan"] = {"source": args.plan or "cleaner-manager", "topic": args.topic, "partition": args.partition,
                    "targets": targets}
     doc["run_id"] = run_id = args.run_id or new_run_id()
-    doc["timings"]["plan_s"] = since(t0)
-    job = Job(log_dirs, cache_dir, scratch_dir, Path(scratch_dir) / run_id, now_ms, wall_now_ms, run_id,
+    doc["timings"]["plan_s"] = round(time.time() - t0, 3)
+    job = Job(log_dirs, cache_dir, scratch_dir, now_ms, wall_now_ms, run_id,
               {"log_dirs": log_dirs, "broker_properties": broker_properties, "numba_cache_dir": cache_dir},
               [Round(t, {**t, "ok": False, "status": "failed", "error": None, "started_at": time.time()})
                for t in targets])
@@ -579,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         doc.update(status="spark-failed", error=f"{type(exc).__name__}: {exc}")
         print(f"compact_logs: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         traceback.print_exc()
-    doc["timings"]["total_s"] = since(t0)
+    doc["timings"]["total_s"] = round(time.time() - t0, 3)
     write_json(args.report, doc)
     t = doc["totals"]
     print(f"compact_logs: {doc['status']}: {t['cleaned']} cleaned, {t['locked']} locked, {t['failed']} failed "

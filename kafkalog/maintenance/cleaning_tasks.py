@@ -184,12 +184,9 @@ def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]
     return result
 
 
-def discard_attempts(location: PartitionLocation) -> list[str]:
+def discard_attempts(location: PartitionLocation) -> None:
     """Remove every task attempt's output left in the partition (the driver holds its cleaner lock, so
-    any file ending in ``.cleaned`` is cleaner output nobody will swap); the names removed."""
-    removed = []
+    any file ending in ``.cleaned`` is cleaner output nobody will swap)."""
     for entry in os.scandir(location.directory):
         if entry.name.endswith(names.CLEANED_SUFFIX) and entry.is_file(follow_symlinks=False):
             os.unlink(entry.path)
-            removed.append(entry.name)
-    return sorted(removed)

@@ -72,7 +72,7 @@ from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
-from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing
+from tests.spark.processes import BIN, kill_tree, listening_addresses, spark_missing
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / ".data"

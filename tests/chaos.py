@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # spark_jobs.processes when run as a script
+sys.path.insert(0, str(REPO))  # tests.spark.processes when run as a script
 
-from spark_jobs.processes import descendants  # noqa: E402
+from tests.spark.processes import descendants  # noqa: E402
 
 CLI = [sys.executable, "-m", "kafkalog.cli"]
 DAY_MS = 86_400_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from chaos import Harness
 
-from spark_jobs.processes import spark_missing
+from tests.spark.processes import spark_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 

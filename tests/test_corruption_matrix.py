@@ -29,7 +29,7 @@ import pytest
 from conftest import run_cli, tree_digest
 
 from kafkalog.log import checkpoint, names
-from spark_jobs.processes import spark_missing
+from tests.spark.processes import spark_missing
 
 HOUR_MS = 3_600_000
 NOW_MS = int(time.time() * 1000)

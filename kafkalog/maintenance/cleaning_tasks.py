@@ -1,20 +1,15 @@
-"""A cleaning round as tasks that are pure functions of their inputs, and the commit that only the
-round's driver runs (the Spark job's executors and driver; see ``spark_jobs/compact_logs.py``).
+"""A cleaning round cut into tasks that are pure functions of their inputs, and the commit that only
+the round's driver runs: the Spark job's steps (``spark_jobs/compact_logs.py``), ``cleaner``'s own
+steps cut where a scheduler can spread them, with nothing shared between tasks but their inputs and
+outputs.
 
-``clean_partition`` runs a whole round in one process. Here the same steps of ``cleaner`` are cut
-where a scheduler can spread them, and nothing is shared between tasks but their inputs and outputs:
-
-1. the driver, holding the partition's cleaner lock until step 4: ``plan_round`` resolves a crashed
-   cleaner's leftovers and fixes the round (range, clocks, producer state, segment groups) in a
-   ``RoundSpec`` every task gets;
-2. ``clean_round_task``: the key map, then every group, in one task (the usual case); or, for a
-   partition too big for one task, ``map_part_task`` builds one of ``spec.parts`` key maps that
-   share the keys by hash and saves it under a name of its attempt's own;
-3. ``write_group_task``: one group from the saved parts (a huge partition's second stage);
-4. the driver: ``commit_round`` checks every group's output against the size and CRC-32C its
-   attempt reported, renames it to Kafka's ``.cleaned`` name and swaps it in under the partition
-   lock (``.cleaned -> .swap``), then the cleaner checkpoint and the journal; ``discard_attempts``
-   removes every other attempt's output.
+The driver, holding the partition's cleaner lock throughout, resolves a crashed cleaner's leftovers
+and fixes the round in a ``RoundSpec`` (``plan_round``). Tasks build the key map and write every group
+(``clean_round_task``); a partition too big for one task has its map built in ``spec.parts`` parts
+that share the keys by hash (``map_part_task``), then one task per group (``write_group_task``). The
+driver checks each group against the size and CRC-32C its attempt reported and swaps it in with
+Kafka's ``.cleaned -> .swap`` protocol (``commit_round``), then removes every other attempt's output
+(``discard_attempts``).
 
 A task attempt writes ``<base>.log.<tag>.cleaned`` (and its indexes alike), ``tag`` its own: attempts
 of the same group never touch each other's files, and any file a dead attempt leaves ends in
@@ -22,7 +17,6 @@ of the same group never touch each other's files, and any file a dead attempt le
 read-only with the spec's offsets, clocks and producer state, so it decides as one process would: the
 segments written are byte for byte those of ``clean_partition``.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -49,11 +43,10 @@ from kafkalog.maintenance.cleaner import (
     swap_cleaned_group,
     write_cleaned_group,
 )
-from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap
+from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap, Supersession
 
-SUMMED_STATS = ("bytes_read", "bytes_written", "records_read", "records_written", "batches_copied",
-                "batches_rebuilt", "empty_batches_kept", "tombstones_removed", "aborted_records_removed",
-                "unkeyed_records_removed", "map_records", "map_keys", "dirty_bytes")
+# A round's counts are its tasks' sums; its map and clean seconds, its slowest task's.
+SUMMED_STATS = [f.name for f in dataclasses.fields(CleanerStats) if not f.name.endswith("_seconds")]
 
 
 @dataclass(frozen=True)
@@ -110,7 +103,20 @@ def attempt_suffix(tag: str) -> str:
     return f".{tag}{names.CLEANED_SUFFIX}"
 
 
-def _written(cleaned: CleanedGroup, stats: CleanerStats, tag: str) -> dict[str, Any]:
+def _key_map(ctx: CleanContext, verified: set[int], part: int = 0, parts: int = 1) -> tuple[KeyMap, CleanerStats]:
+    started, stats = time.perf_counter(), CleanerStats()
+    key_map = build_key_map(ctx, stats, verified, part=part, parts=parts)
+    stats.map_seconds = time.perf_counter() - started
+    return key_map, stats
+
+
+def _write_group(ctx: CleanContext, sources: list[int], key_map: Supersession, verified: set[int],
+                 tag: str) -> dict[str, Any]:
+    """One group written under ``tag``: its ``CleanedGroup`` fields, the tag and the group's stats."""
+    started, stats = time.perf_counter(), CleanerStats()
+    by_base = {s.base_offset: s for s in ctx.segments}
+    cleaned = write_cleaned_group(ctx, [by_base[b] for b in sources], key_map, stats, verified, attempt_suffix(tag))
+    stats.clean_seconds = time.perf_counter() - started
     return {**dataclasses.asdict(cleaned), "tag": tag, "stats": stats.to_dict()}
 
 
@@ -118,31 +124,17 @@ def clean_round_task(store: LogStore, spec: RoundSpec, tag: str) -> dict[str, An
     """Step 2, one task: the key map, then every group written under ``tag``. Returns the groups as
     written (``CleanedGroup`` fields and their stats) and the map's stats."""
     ctx = spec.open(store)
-    started = time.perf_counter()
-    map_stats = CleanerStats()
     verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
-    key_map = build_key_map(ctx, map_stats, verified)
-    map_stats.map_seconds = time.perf_counter() - started
-    by_base = {s.base_offset: s for s in ctx.segments}
-    groups = []
-    for sources in spec.groups:
-        started, stats = time.perf_counter(), CleanerStats()
-        cleaned = write_cleaned_group(ctx, [by_base[b] for b in sources], key_map, stats, verified,
-                                      attempt_suffix(tag))
-        stats.clean_seconds = time.perf_counter() - started
-        groups.append(_written(cleaned, stats, tag))
-    return {"maps": [map_stats.to_dict()], "groups": groups}
+    key_map, stats = _key_map(ctx, verified)
+    return {"maps": [stats.to_dict()], "groups": [_write_group(ctx, g, key_map, verified, tag) for g in spec.groups]}
 
 
 def map_part_task(store: LogStore, spec: RoundSpec, part: int, prefix: Path) -> dict[str, Any]:
     """Step 2 of a huge partition: key-map part ``part`` of ``spec.parts``, saved at ``prefix`` (a name of
     this attempt's own, in a scratch dir every task sees). Returns its stats."""
-    ctx = spec.open(store)
-    started, stats = time.perf_counter(), CleanerStats()
-    key_map = build_key_map(ctx, stats, set(), part=part, parts=spec.parts)
+    key_map, stats = _key_map(spec.open(store), set(), part, spec.parts)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     key_map.save(prefix)
-    stats.map_seconds = time.perf_counter() - started
     return {"part": part, "prefix": str(prefix), "stats": stats.to_dict()}
 
 
@@ -150,15 +142,9 @@ def write_group_task(store: LogStore, spec: RoundSpec, index: int, map_prefixes:
                      tag: str) -> dict[str, Any]:
     """Step 3 of a huge partition: group ``index`` written under ``tag`` from the saved key-map parts."""
     ctx = spec.open(store)
-    started, stats = time.perf_counter(), CleanerStats()
     key_map = HashedKeyMap([KeyMap.load(Path(p)) for p in map_prefixes], ctx.end_offset - 1)
-    by_base = {s.base_offset: s for s in ctx.segments}
     # The map tasks checked the CRCs of the dirty segments; the group checks those of the clean ones.
-    verified = {s.base_offset for s in dirty_segments(ctx)}
-    cleaned = write_cleaned_group(ctx, [by_base[b] for b in spec.groups[index]], key_map, stats, verified,
-                                  attempt_suffix(tag))
-    stats.clean_seconds = time.perf_counter() - started
-    return _written(cleaned, stats, tag)
+    return _write_group(ctx, spec.groups[index], key_map, {s.base_offset for s in dirty_segments(ctx)}, tag)
 
 
 def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]],
@@ -172,13 +158,12 @@ def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]
     missing = [sources[0] for sources in spec.groups if sources[0] not in by_base]
     if missing:
         raise CleanerError(f"{directory}: no task wrote the groups at {missing}")
+    docs = [*maps, *(g["stats"] for g in groups)]
+    stats = CleanerStats(**{key: sum(doc.get(key, 0) for doc in docs) for key in SUMMED_STATS},
+                         map_seconds=max((m.get("map_seconds", 0.0) for m in maps), default=0.0),
+                         clean_seconds=max((g["stats"]["clean_seconds"] for g in groups), default=0.0))
     tp = ctx.location.topic_partition
-    result = CleanResult(tp.topic, tp.partition, ctx.first_dirty_offset, ctx.end_offset)
-    for doc in [*maps, *(g["stats"] for g in groups)]:
-        for key in SUMMED_STATS:
-            setattr(result.stats, key, getattr(result.stats, key) + doc.get(key, 0))
-    result.stats.map_seconds = max((m.get("map_seconds", 0.0) for m in maps), default=0.0)
-    result.stats.clean_seconds = max((g["stats"]["clean_seconds"] for g in groups), default=0.0)
+    result = CleanResult(tp.topic, tp.partition, ctx.first_dirty_offset, ctx.end_offset, stats=stats)
     for sources in spec.groups:
         doc = by_base[sources[0]]
         cleaned = CleanedGroup(doc["base_offset"], list(doc["source_bases"]),
@@ -199,12 +184,9 @@ def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]
     return result
 
 
-def discard_attempts(location: PartitionLocation) -> list[str]:
+def discard_attempts(location: PartitionLocation) -> None:
     """Remove every task attempt's output left in the partition (the driver holds its cleaner lock, so
-    any file ending in ``.cleaned`` is cleaner output nobody will swap); the names removed."""
-    removed = []
+    any file ending in ``.cleaned`` is cleaner output nobody will swap)."""
     for entry in os.scandir(location.directory):
         if entry.name.endswith(names.CLEANED_SUFFIX) and entry.is_file(follow_symlinks=False):
             os.unlink(entry.path)
-            removed.append(entry.name)
-    return sorted(removed)

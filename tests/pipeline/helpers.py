@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kafkalog.log import names
-from spark_jobs.processes import spark_missing
+from tests.spark.processes import spark_missing
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("dag_test_runner.py")

@@ -32,7 +32,7 @@ from kafkalog.log import names
 from kafkalog.pipeline.airflow_local import LocalAirflow
 from kafkalog.pipeline.cycle import run_dir_for
 from kafkalog.pipeline.plans import read_json
-from spark_jobs.processes import descendants, listening_addresses, standalone_cluster
+from tests.spark.processes import descendants, listening_addresses, standalone_cluster
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 CLEANUP = "kafkalog_cleanup"

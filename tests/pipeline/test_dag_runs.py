@@ -25,7 +25,7 @@ from helpers import airflow_env, dag_test, live_files, migrate, require_spark, r
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.pipeline.plans import read_json
-from spark_jobs.processes import standalone_cluster
+from tests.spark.processes import standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DELAY_MS = 2000

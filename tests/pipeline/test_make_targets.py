@@ -15,7 +15,7 @@ import pytest
 from helpers import REPO, require_spark
 
 from kafkalog.pipeline.airflow_local import LocalAirflow, free_port
-from spark_jobs.processes import descendants, listening_addresses
+from tests.spark.processes import descendants, listening_addresses
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 

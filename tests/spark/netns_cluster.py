@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.processes import BIN, descendants, kill_tree
-from spark_jobs.processes import cmdline as _cmdline
+from tests.spark.processes import BIN, descendants, kill_tree
+from tests.spark.processes import cmdline as _cmdline
 
 SUBNET_PREFIX = "10.213"  # 10.213.<n>.0/24, n chosen per cluster
 MASTER_PORT = 7077  # fixed: every namespace has ports of its own

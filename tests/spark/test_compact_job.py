@@ -46,7 +46,7 @@ from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
 from kafkalog.maintenance import compact as compact_module
 from kafkalog.maintenance.compact import CompactReport
-from spark_jobs.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
+from tests.spark.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
 
 pytestmark = pytest.mark.spark
 
@@ -622,9 +622,8 @@ def test_executors_that_do_not_share_the_log_dir_are_refused(tmp_path: Path, vie
             hidden.rename(log_dir)
 
     sc = _LocalContext(executor_view)
-    job_state = job.Job([str(log_dir)], str(tmp_path / "cache"), str(tmp_path / "scratch"), tmp_path / "run", 0, 0,
-                        "run", {}, [job.Round({**t, "first_dirty_offset": 0, "first_uncleanable_offset": 1}, {})
-                                    for t in targets])
+    job_state = job.Job([str(log_dir)], str(tmp_path / "cache"), str(tmp_path / "scratch"), 0, 0, "run", {},
+                        [job.Round({**t, "first_dirty_offset": 0, "first_uncleanable_offset": 1}, {}) for t in targets])
     job.lock_rounds(store, job_state)
     args = job.parse_args(["--report", "r.json", "--now-ms", "0"])
     try:

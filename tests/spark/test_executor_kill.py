@@ -52,8 +52,8 @@ from test_compact_job import (
 )
 
 from kafkalog.log import names
-from spark_jobs.processes import cmdline as _cmdline
-from spark_jobs.processes import descendants, kill_tree, listening_addresses
+from tests.spark.processes import cmdline as _cmdline
+from tests.spark.processes import descendants, kill_tree, listening_addresses
 
 pytestmark = pytest.mark.spark
 

@@ -54,7 +54,7 @@ from test_compact_job import (
 )
 
 from kafkalog.log import names
-from spark_jobs.processes import kill_tree, listening_addresses
+from tests.spark.processes import kill_tree, listening_addresses
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

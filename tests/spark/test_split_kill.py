@@ -22,7 +22,7 @@ name, and the driver alone checks each group against what its attempt reported a
    a time). The poller shares the two cores with the job and may see the moment late: a kill that missed
    it is checked all the same and tried again, up to three times. ``kafkalog recover`` and ``kafkalog
    verify`` must pass, no key may lose its latest value, every segment group must be wholly old or wholly
-   new, and the job run again (with the killed run's id, so it meets its stale scratch dir) must exit 0
+   new, and the job run again (with the killed run's id and scratch dir) must exit 0
    with the single-process cleaner's records, byte for byte what the single-process cleaner makes of the
    same recovered log dir, and byte for byte the single-process result from the original logs for every
    partition without a group swapped in at the kill. A partition killed with some groups swapped in is
@@ -73,7 +73,7 @@ from test_compact_job import (
 from test_executor_kill import QUICK_JVM, _cmdline, _ExecutorWatch, _gone, _in_flight, _stat, _wait_stopped
 
 from kafkalog.log import names
-from spark_jobs.processes import descendants, kill_tree
+from tests.spark.processes import descendants, kill_tree
 
 pytestmark = pytest.mark.spark
 
@@ -159,8 +159,8 @@ def _huge_path(log_dir: Path) -> list[str]:
 
 
 def _map_files(scratch: Path, run_id: str) -> list[str]:
-    """The key-map parts the map stage's attempts saved (the driver removes the run's dir at the end)."""
-    return sorted(p.name for p in (scratch / run_id).rglob("*.json"))
+    """The key-map parts the map stage's attempts saved (the driver removes a partition's once it is committed)."""
+    return sorted(p.name for p in scratch.glob(f"*/{run_id}/*.json"))
 
 
 # --- 1. executors killed mid-stage ----------------------------------------------------------------------
@@ -437,7 +437,7 @@ def test_executors_killed_mid_stage_are_retried_to_the_same_bytes(tmp_path: Path
         assert p["round"]["groups"] == len(logs.groups[p["partition"]]), p["round"]
         assert p["groups"] == [[old, new] for old, new in logs.groups[p["partition"]]]
     assert _digest(victim) == _digest(logs.ref)
-    assert not (scratch / run_id).exists() and not any(scratch.iterdir()), sorted(scratch.rglob("*"))
+    assert not any(scratch.iterdir()), sorted(scratch.rglob("*"))  # every partition's key maps are gone
     assert _leftovers(victim) == []
     verified = run_cli("verify", "--log-dir", str(victim))
     assert verified.code == 0, verified.out + verified.err
@@ -515,12 +515,12 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
     assert not resumed_report.failures
 
     rerun = _submit(spark, [victim], tmp_path / "rerun.json", logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
-                    job_args=["--scratch-dir", str(scratch), "--run-id", "killed"])  # its scratch dir is stale
+                    job_args=["--scratch-dir", str(scratch), "--run-id", "killed"])  # the killed run's id
     print(f"rerun: exit {rerun.code} after {rerun.seconds:.1f} s; cleaned "
           f"{[(p['partition'], p['status']) for p in rerun.report.get('partitions', [])]}")
     assert rerun.code == 0, rerun.explain()
     _check_rounds(rerun, len(rerun.report["partitions"]))
-    assert not (scratch / "killed").exists()
+    assert not any(scratch.iterdir())  # no partition's key maps are left
     assert _leftovers(victim) == []
     for p in PARTITIONS:
         assert _records(victim, p) == logs.reference[p], f"partition {p}: not the single-process cleaner's records"

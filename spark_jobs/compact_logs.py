@@ -426,7 +426,7 @@ def run_stage(sc: Any, items: list[Doc], name: str, stages: Doc) -> dict[str, li
         stage.update(executors=sorted({o["executor"] for o in outs}),
                      task_s=[round(o["finished_at"] - o["started_at"], 3) for o in outs])
     except Exception as exc:  # noqa: BLE001 - Spark gave up (a task failed too often): these rounds fail
-        stage["error"] = str(exc).strip().splitlines()[0][:500]
+        stage["error"] = (str(exc).strip() or type(exc).__name__).splitlines()[0][:500]
         outs = [{"key": i["key"], "ok": False, "error": f"Spark gave up on the {name} stage: {stage['error']}"}
                 for i in items]
     stage["seconds"] = round(time.time() - started, 3)

@@ -122,14 +122,12 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
 
 def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition: int, config: LogConfig,
               checkpoints: LogDirCheckpoints, now_ms: int | None) -> LogSnapshot:
-    prefixes: list[str] = []  # the 20-digit base offset of each .log file
-    deleted: list[str] = []
-    for name in os.listdir(dir_fd):
-        # Fast path for the common names; anything unusual goes through the full parser.
-        if name.endswith(names.LOG_SUFFIX) and len(name) == 24 and name[:20].isdigit():
-            prefixes.append(name[:20])
-        elif name.endswith(names.DELETED_SUFFIX) and names.parse_segment_file_name(name) is not None:
-            deleted.append(name)
+    listing = os.listdir(dir_fd)
+    # The 20-digit base offset of each .log file, and the segment files marked for deletion.
+    prefixes = [name[:20] for name in listing if name.endswith(names.LOG_SUFFIX) and len(name) == 24
+                and name[:20].isdigit()]
+    deleted = [name for name in listing if name.endswith(names.DELETED_SUFFIX)
+               and names.parse_segment_file_name(name) is not None]
     key = (topic, partition)
     pending_delete = sum(_regular_file_size(dir_fd, n) for n in deleted)
     if not prefixes:
@@ -156,22 +154,25 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     # so with retention.bytes set every time index is read; otherwise the walk stops at the first
     # unexpired segment past the log start offset.
     all_times = full or (time_cutoff is not None and bytes_pass)
-    segments = []
+    segments: list[SegmentSnapshot] = []
     walking = all_times or time_cutoff is not None
-    count = len(bases)
-    for i, base in enumerate(bases):
-        last = i + 1 == count
-        next_offset = log_end_offset if last else bases[i + 1]
-        size = mtime = max_ts = NOT_READ
-        below_start = next_offset <= log_start_offset
-        if all_sizes or walking or last or below_start:
-            stat = last_stat if last else _regular_stat(dir_fd, directory, prefixes[i] + names.LOG_SUFFIX)
-            size, mtime = stat.st_size, stat.st_mtime_ns // 1_000_000
+    last = len(bases) - 1
+    i = 0
+    while i < last and (all_sizes or walking or bases[i + 1] <= log_start_offset):
+        stat = _regular_stat(dir_fd, directory, prefixes[i] + names.LOG_SUFFIX)
+        size, mtime, max_ts = stat.st_size, stat.st_mtime_ns // 1_000_000, NOT_READ
         if walking:
-            max_ts = _largest_timestamp(dir_fd, directory, prefixes[i], base, size)
+            max_ts = _largest_timestamp(dir_fd, directory, prefixes[i], bases[i], size)
             expired = (max_ts if max_ts >= 0 else mtime) < time_cutoff if time_cutoff is not None else False
-            walking = all_times or below_start or expired
-        segments.append(SegmentSnapshot(base, next_offset, size, max_ts, mtime))
+            walking = all_times or bases[i + 1] <= log_start_offset or expired
+        segments.append(SegmentSnapshot(bases[i], bases[i + 1], size, max_ts, mtime))
+        i += 1
+    # Past the walk nothing is read, but for the last segment (stat-ed above).
+    segments += [SegmentSnapshot(base, following, NOT_READ, NOT_READ, NOT_READ)
+                 for base, following in zip(bases[i:last], bases[i + 1:], strict=True)]
+    size, mtime = last_stat.st_size, last_stat.st_mtime_ns // 1_000_000
+    max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last], size) if walking else NOT_READ
+    segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
     high_watermark = max(log_start_offset,
                          min(log_end_offset, checkpoints.high_watermarks.get(key, log_end_offset)))

@@ -158,14 +158,14 @@ class Harness:
                    PYSPARK_DRIVER_PYTHON=sys.executable)
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        # Python start-up and imports take most of the first second: aim the kills after it, and before
-        # the time this kind of command was last seen to be done by (a command on this small store
-        # often ends within a second or two; a kill after its end tests nothing).
+        # Aim each kill before the time this kind of command last took (on this small store a command
+        # often ends within a fraction of a second; a kill after its end tests nothing). A command that
+        # ends first tells how long it took, and the next kill of its kind comes earlier.
         started = time.monotonic()
-        time.sleep(self.rng.uniform(0.3, max(0.4, self.seconds.get(kind, 25.0 if spark else 1.2))))
-        if proc.poll() is not None:
-            self.seconds[kind] = time.monotonic() - started  # an upper bound: it ended during the sleep
-        else:
+        try:
+            proc.wait(timeout=self.rng.uniform(0.1, max(0.15, self.seconds.get(kind, 25.0 if spark else 1.2))))
+            self.seconds[kind] = time.monotonic() - started
+        except subprocess.TimeoutExpired:
             self.outcome.killed_running += 1
             victims = descendants(proc.pid)
             try:

@@ -129,7 +129,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     deleted = [name for name in listing if name.endswith(names.DELETED_SUFFIX)
                and names.parse_segment_file_name(name) is not None]
     key = (topic, partition)
-    pending_delete = sum(_regular_file_size(dir_fd, n) for n in deleted)
+    pending_delete = sum(max(_regular_size(dir_fd, n), 0) for n in deleted)
     if not prefixes:
         # Kafka's loader deletes index files without a .log and, finding no segment, creates an empty
         # active one at the checkpointed log start offset: the log is empty there.
@@ -188,9 +188,10 @@ def _regular_stat(dir_fd: int, directory: str, name: str) -> os.stat_result:
     return info
 
 
-def _regular_file_size(dir_fd: int, name: str) -> int:
+def _regular_size(dir_fd: int, name: str) -> int:
+    """The size of a regular file; -1 for a symlink, FIFO or device (each caller judges those)."""
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    return info.st_size if stat_module.S_ISREG(info.st_mode) else 0
+    return info.st_size if stat_module.S_ISREG(info.st_mode) else -1
 
 
 def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, int]:
@@ -212,7 +213,8 @@ def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, int]:
 
 
 def _read_ends(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple[bytes, bytes, int]:
-    """The first and the last whole ``entry_size`` bytes of a file (b"" if none) and its length."""
+    """The first and the last whole ``entry_size`` bytes of a file (b"" if none) and its length (0 when
+    it is missing)."""
     try:
         fd, size = _open_regular(dir_fd, directory, name)
     except FileNotFoundError:
@@ -271,27 +273,43 @@ def _segment(directory: str, base_offset: int) -> LogSegment:
     return LogSegment(Path(directory), base_offset)
 
 
-def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
-    """The log end offset: frame the batches after the last offset-index entry of the last segment."""
-    if log_size == 0:
-        return base_offset
-    _, tail, size = _read_ends(dir_fd, directory, prefix + names.INDEX_SUFFIX, 8)
-    position = 0
-    if tail:
-        relative_offset, position = _INDEX_ENTRY.unpack(tail)
-        if relative_offset == 0 and size > 8:  # preallocated: use the real last entry
-            return _segment(directory, base_offset).read_next_offset()
-        if not 0 <= position <= log_size:  # a damaged entry: frame the whole segment
-            position = 0
-    fd, _ = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
+class _LogTail(NamedTuple):
+    """A segment's log framed from the position of its offset index's last entry."""
+
+    entries: tuple[tuple[int, int], ...]  # the index's first and last (relative offset, position); () if none
+    log_size: int
+    position: int  # where framing started: the last entry's position, or 0 if that lies outside the log
+    next_offset: int  # the offset after the last whole batch from there
+    framed_bytes: int  # where that batch ends, counted from position
+    unframed_bytes: int  # what follows it: a torn or zero-filled tail, or a position that starts no batch
+
+
+def _frame_log_tail(dir_fd: int, directory: str, prefix: str, base_offset: int) -> _LogTail | None:
+    """Frame the batch headers after the last offset-index entry: a segment's end without reading its
+    start. None where the index cannot say where to start: it ends in a torn entry, or in the zero
+    slots of a file a running broker preallocated (only the whole segment tells where its data ends)."""
+    head, tail, index_size = _read_ends(dir_fd, directory, prefix + names.INDEX_SUFFIX, _INDEX_ENTRY.size)
+    if index_size % _INDEX_ENTRY.size or (index_size > _INDEX_ENTRY.size and tail[:4] == bytes(4)):
+        return None
+    fd, log_size = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
     try:
+        entries = (_INDEX_ENTRY.unpack(head), _INDEX_ENTRY.unpack(tail)) if tail else ()
+        position = entries[1][1] if entries and 0 <= entries[1][1] <= log_size else 0
         data = os.pread(fd, log_size - position, position)
     finally:
         os.close(fd)
     next_offset, end = _frame(data, base_offset)
-    if end == 0 and position > 0:
+    return _LogTail(entries, log_size, position, next_offset, end, len(data) - end)
+
+
+def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
+    """The log end offset: frame the batches after the last offset-index entry of the last segment."""
+    if log_size == 0:
+        return base_offset
+    tail = _frame_log_tail(dir_fd, directory, prefix, base_offset)
+    if tail is None or (tail.position > 0 and tail.framed_bytes == 0):
         return _segment(directory, base_offset).read_next_offset()
-    return next_offset
+    return tail.next_offset
 
 
 def _frame(data: bytes, base_offset: int) -> tuple[int, int]:
@@ -349,8 +367,8 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
         log_end = -1
         for prefix in logs:
             try:
-                log_end = _clean_segment_end(dir_fd, prefix, present)
-            except FileNotFoundError:  # renamed since the listing (retention, a swap): not for this check
+                log_end = _clean_segment_end(dir_fd, str(directory), prefix, present)
+            except (FileNotFoundError, UnknownFileError):  # renamed since the listing, or not a regular file
                 return None
             if log_end < 0:
                 return None
@@ -360,68 +378,31 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
     return log_end if clean_shutdown or recovery_point == log_end else None
 
 
-def _clean_segment_end(dir_fd: int, prefix: str, present: set[str]) -> int:
+def _clean_segment_end(dir_fd: int, directory: str, prefix: str, present: set[str]) -> int:
     """The segment's next offset if it passes ``clean_log_end``'s checks, else -1."""
-    base = int(prefix)
-    log_size = _regular_size(dir_fd, prefix + names.LOG_SUFFIX)
-    offsets = _index_ends(dir_fd, prefix + names.INDEX_SUFFIX, _INDEX_ENTRY, present)
-    times = _index_ends(dir_fd, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY, present)
-    txn_name = prefix + names.TXN_INDEX_SUFFIX
-    if log_size < 0 or offsets is None or (log_size and times is None) or (
-            txn_name in present and _regular_size(dir_fd, txn_name) % 34):
+    time_name, txn_name = prefix + names.TIME_INDEX_SUFFIX, prefix + names.TXN_INDEX_SUFFIX
+    if prefix + names.INDEX_SUFFIX not in present:
         return -1
-    position = 0
-    if offsets:
-        (first_offset, first_position), (last_offset, position) = offsets
-        if not 0 <= first_offset <= last_offset or not 0 <= first_position <= position < log_size:
-            return -1
-    fd = os.open(prefix + names.LOG_SUFFIX, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    try:
-        data = os.pread(fd, log_size - position, position)
-    finally:
-        os.close(fd)
-    next_offset, end = _frame(data, base)
-    if end != len(data) or (position and not end):
+    tail = _frame_log_tail(dir_fd, directory, prefix, int(prefix))
+    if tail is None or tail.unframed_bytes or (tail.position and not tail.framed_bytes):
         return -1  # not ending on a batch boundary, or an index entry that starts no batch
-    if offsets and base + offsets[1][0] > max(base, next_offset):
+    if tail.entries:
+        (first_offset, first_position), (last_offset, last_position) = tail.entries
+        if not 0 <= first_offset <= last_offset or not 0 <= first_position <= last_position < tail.log_size \
+                or int(prefix) + last_offset > max(int(prefix), tail.next_offset):
+            return -1
+    if txn_name in present and _regular_size(dir_fd, txn_name) % _INDEX_ENTRY_BYTES[names.TXN_INDEX_SUFFIX]:
+        return -1  # a torn entry, or not a regular file (-1)
+    if time_name not in present:
+        return -1 if tail.log_size else tail.next_offset
+    head, last, size = _read_ends(dir_fd, directory, time_name, _TIME_ENTRY.size)
+    if size % _TIME_ENTRY.size:
         return -1
-    if times:
-        (first_time, _), (last_time, last_relative) = times
-        if not (first_time <= last_time and 0 <= last_relative and base + last_relative < next_offset):
+    if last:
+        (first_time, _), (last_time, last_relative) = _TIME_ENTRY.unpack(head), _TIME_ENTRY.unpack(last)
+        if not (first_time <= last_time and 0 <= last_relative and int(prefix) + last_relative < tail.next_offset):
             return -1  # also a preallocated index's zero slots: only the full load finds its real end
-    return next_offset
-
-
-def _regular_size(dir_fd: int, name: str) -> int:
-    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    return info.st_size if stat_module.S_ISREG(info.st_mode) else -1
-
-
-def _index_ends(dir_fd: int, name: str, entry: struct.Struct, present: set[str]) -> tuple[tuple[int, ...], ...] | None:
-    """The first and last entries of an index (``()`` if it has none); None if it is missing, not a
-    regular file, or ends in a torn entry."""
-    if name not in present:
-        return None
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat_module.S_ISREG(info.st_mode) or info.st_size % entry.size:
-            return None
-        if not info.st_size:
-            return ()
-        # Small indexes (the usual case) in one read; a large one by its two ends.
-        data = os.pread(fd, info.st_size, 0) if info.st_size <= 65536 else \
-            os.pread(fd, entry.size, 0) + os.pread(fd, entry.size, info.st_size - entry.size)
-    finally:
-        os.close(fd)
-    if len(data) % entry.size or not data:
-        return None  # it changed under us
-    return entry.unpack_from(data, 0), entry.unpack_from(data, len(data) - entry.size)
+    return tail.next_offset
 
 
 def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: LogConfig,

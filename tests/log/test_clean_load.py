@@ -60,7 +60,8 @@ def test_a_writer_that_died_before_its_checkpoint_is_recovered(tmp_path: Path) -
 
 @pytest.mark.parametrize("damage", ["torn tail", "leftover .cleaned", "orphan index", "index missing",
                                     "torn index entry", "last index entry past the data",
-                                    "time index decreasing", "sealed segment overwritten after its index"])
+                                    "time index decreasing", "offset index preallocated",
+                                    "time index a symlink", "sealed segment overwritten after its index"])
 def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) -> None:
     store, partition = _store(tmp_path)
     logs = _segments(partition)
@@ -85,6 +86,13 @@ def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) ->
         entries = index.read_bytes()
         assert len(entries) >= 24
         index.write_bytes((NOW + 10**9).to_bytes(8, "big") + entries[8:])
+    elif damage == "offset index preallocated":  # a running broker's file: zero slots after the entries
+        with first.with_suffix(names.INDEX_SUFFIX).open("ab") as f:
+            f.write(bytes(8 * 16))
+    elif damage == "time index a symlink":
+        index = first.with_suffix(names.TIME_INDEX_SUFFIX)
+        index.rename(tmp_path / "elsewhere.timeindex")
+        index.symlink_to(tmp_path / "elsewhere.timeindex")
     else:  # a batch length in the first segment's tail grown: its batches no longer frame to its end
         data = bytearray(first.read_bytes())
         at = 0

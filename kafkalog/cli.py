@@ -194,7 +194,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
         return 0
     store = _store(args)
     location = store.locate(args.topic, args.partition)
-    log = store.open_log(location, read_only=True, rebuild_in_memory=False)  # readers need no max timestamp
+    log = store.open_log(location, read_only=True)
     out = sys.stdout
     for columns, row in log.read_records(args.from_offset or 0, args.max_records):
         parts = []

@@ -76,25 +76,27 @@ class LocalLog:
         self.recovery_point = recovery_point
         self.read_only = read_only
         self.load_report = report
-        self._log_end_offset = segments[-1].read_next_offset() if segments else log_start_offset
+        # A writable open recovers the log and sets its end; a read-only one finds it when first asked.
+        self._log_end_offset: int | None = None
+        self._checkpointed_log_start_offset = log_start_offset
         self._producer_state: ProducerState | None = None
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, log_start_offset: int = 0,
              recovery_point: int | None = None, had_clean_shutdown: bool = False,
-             read_only: bool = False, truncate_corrupt: bool = False, rebuild_in_memory: bool = True) -> LocalLog:
+             read_only: bool = False, truncate_corrupt: bool = False) -> LocalLog:
         """Load a partition directory; ``truncate_corrupt`` lets recovery cut a log at a corrupt
         batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises.
         A read-only open takes no lock: a file renamed away while it loads (a swap, retention) makes
-        it load again, a bounded number of times. ``rebuild_in_memory=False`` lets a read-only open that
-        reads every segment itself anyway (``verify``) skip the stand-in rebuild of an unusable index:
-        its entries are dropped, which only makes lookups scan from the segment's start."""
+        it load again, a bounded number of times; it reads no segment data until asked (the log end
+        offset, a max timestamp, the stand-in for an unusable index): a reader that reads every batch
+        itself (``verify``) or stops early (``consume --max-records``) reads each byte at most once."""
         for attempt in range(READ_REOPENS if read_only else 1):
             try:
                 return cls._open(directory, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
                                  had_clean_shutdown=had_clean_shutdown, read_only=read_only,
-                                 truncate_corrupt=truncate_corrupt, rebuild_in_memory=rebuild_in_memory)
+                                 truncate_corrupt=truncate_corrupt)
             except FileNotFoundError:
                 if attempt + 1 == READ_REOPENS or not read_only:
                     raise
@@ -102,8 +104,7 @@ class LocalLog:
 
     @classmethod
     def _open(cls, directory: Path, config: LogConfig, *, log_start_offset: int, recovery_point: int | None,
-              had_clean_shutdown: bool, read_only: bool, truncate_corrupt: bool,
-              rebuild_in_memory: bool = True) -> LocalLog:
+              had_clean_shutdown: bool, read_only: bool, truncate_corrupt: bool) -> LocalLog:
         directory = Path(directory)
         topic_partition = names.parse_partition_dir_name(directory.name)
         if topic_partition is None:
@@ -152,11 +153,8 @@ class LocalLog:
             if not _indexes_sane(segment):
                 notes.append(f"segment {parsed.base_offset}: index missing or corrupt, rebuilt"
                              + (" in memory" if read_only else ""))
-                if read_only and rebuild_in_memory:
-                    segment = _in_memory_rebuild(segment)
-                elif read_only:
-                    segment.offset_index.forget_entries()
-                    segment.time_index.forget_entries()
+                if read_only:
+                    segment.rebuild_in_memory()
                 else:
                     truncated += segment.recover(truncate_corrupt=truncate_corrupt)
                     recovered.append(parsed.base_offset)
@@ -172,9 +170,11 @@ class LocalLog:
                 log._segments.append(log._new_segment(log_start_offset))
             log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
             log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
+            checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
         elif segments:
             log.log_start_offset = max(log_start_offset, segments[0].base_offset)
-        checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
+            if log_start_offset > segments[-1].base_offset:  # else it is below the end without reading it
+                checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
         return log
 
     def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],
@@ -221,11 +221,15 @@ class LocalLog:
 
     @property
     def log_end_offset(self) -> int:
+        if self._log_end_offset is None:
+            end = self._segments[-1].read_next_offset() if self._segments else self.log_start_offset
+            checkpoint.check_log_start_offset(self.directory, self._checkpointed_log_start_offset, end)
+            self._log_end_offset = end
         return self._log_end_offset
 
     @property
     def high_watermark(self) -> int:
-        return self._log_end_offset
+        return self.log_end_offset
 
     @property
     def size_in_bytes(self) -> int:
@@ -253,7 +257,7 @@ class LocalLog:
     def _load_producer_state(self) -> ProducerState:
         snapshots = sorted(
             (names.offset_from_file_name(p.name), p) for p in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}")
-            if names.offset_from_file_name(p.name) <= self._log_end_offset
+            if names.offset_from_file_name(p.name) <= self.log_end_offset
         )
         state, start = ProducerState(), self.log_start_offset
         if snapshots:
@@ -281,18 +285,18 @@ class LocalLog:
         """
         self._check_writable()
         if not records:
-            return AppendInfo(self._log_end_offset, self._log_end_offset - 1, 0)
+            return AppendInfo(self.log_end_offset, self.log_end_offset - 1, 0)
         now = int(time.time() * 1000) if now_ms is None else now_ms
         codec = compression if compression is not None else self._topic_codec()
         level = {CompressionType.GZIP: self.config.compression_gzip_level,
                  CompressionType.LZ4: self.config.compression_lz4_level,
                  CompressionType.ZSTD: self.config.compression_zstd_level}.get(codec)
         log_append = self.config.message_timestamp_type == "LogAppendTime"
-        first = self._log_end_offset
+        first = self.log_end_offset
         batches = 0
         for start in range(0, len(records), max(1, batch_records)):
             chunk = records[start:start + batch_records]
-            base = self._log_end_offset
+            base = self.log_end_offset
             built = [fmt.Record(base + j, ts, key, value, headers)
                      for j, (key, value, headers, ts) in enumerate(chunk)]
             raw = fmt.build_batch(
@@ -301,7 +305,7 @@ class LocalLog:
                 log_append_time=now if log_append else None, partition_leader_epoch=LEADER_EPOCH)
             self.append_batch(raw, now_ms=now)
             batches += 1
-        return AppendInfo(first, self._log_end_offset - 1, batches)
+        return AppendInfo(first, self.log_end_offset - 1, batches)
 
     def _topic_codec(self) -> CompressionType:
         return _COMPRESSION_BY_TOPIC_NAME.get(self.config.compression_type, CompressionType.NONE)
@@ -310,10 +314,10 @@ class LocalLog:
         """Append one complete, valid v2 batch whose base offset is the log end (follower-style)."""
         self._check_writable()
         header = fmt.verify_batch(raw, where=f"{self.directory}: ")
-        if header.base_offset < self._log_end_offset:
+        if header.base_offset < self.log_end_offset:
             raise InvalidOffsetError(
                 f"{self.topic_partition}: batch base offset {header.base_offset} is below the log end "
-                f"offset {self._log_end_offset}"
+                f"offset {self.log_end_offset}"
             )
         if len(raw) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
@@ -360,7 +364,7 @@ class LocalLog:
     def roll(self, expected_next_offset: int | None = None, *, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at max(expected, log end) (``LocalLog.roll``)."""
         self._check_writable()
-        new_base = max(expected_next_offset or 0, self._log_end_offset)
+        new_base = max(expected_next_offset or 0, self.log_end_offset)
         active = self.active_segment
         if active.base_offset == new_base:
             if active.size == 0:
@@ -415,7 +419,7 @@ class LocalLog:
         and the leader-epoch cache are reset to what the remaining log says.
         """
         self._check_writable()
-        if offset >= self._log_end_offset:
+        if offset >= self.log_end_offset:
             return 0
         if offset < self.log_start_offset:
             raise InvalidOffsetError(f"{self.topic_partition}: cannot truncate to {offset}, below the log "
@@ -430,14 +434,14 @@ class LocalLog:
         removed += keep[-1].truncate_to(offset)
         self._log_end_offset = keep[-1].read_next_offset()
         for path in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}"):
-            if names.offset_from_file_name(path.name) > self._log_end_offset:
+            if names.offset_from_file_name(path.name) > self.log_end_offset:
                 path.unlink()
         epochs = self.directory / names.LEADER_EPOCH_CHECKPOINT
         if epochs.exists():
-            kept = [(e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(epochs) if o < self._log_end_offset]
+            kept = [(e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(epochs) if o < self.log_end_offset]
             checkpoint.write_leader_epoch_checkpoint(epochs, kept)
         self._producer_state = None
-        self.recovery_point = min(self.recovery_point, self._log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
         return removed
 
     def flush(self) -> None:
@@ -445,7 +449,7 @@ class LocalLog:
         for segment in self._segments:
             if segment.read_next_offset() > self.recovery_point or segment is self.active_segment:
                 segment.flush()
-        self.recovery_point = self._log_end_offset
+        self.recovery_point = self.log_end_offset
 
     def close(self) -> None:
         if self.read_only:
@@ -464,7 +468,8 @@ class LocalLog:
         return self._segments[i] if i >= 0 else None
 
     def read_records(self, from_offset: int, max_records: int | None = None) -> Iterator[tuple[RecordColumns, int]]:
-        """Yield (columns, row) for records at offsets ≥ ``from_offset``, below the high watermark.
+        """Yield (columns, row) for records at offsets ≥ ``from_offset``, below the high watermark (which
+        for kafkalog is the log end: every complete batch read lies below it).
 
         Offsets below the log start offset are never served. Control records are skipped. Readers
         take no lock: when retention or a swap renames a segment away under this reader, it reopens
@@ -496,9 +501,9 @@ class LocalLog:
         ``--max-records``) reads, checks and decodes only the chunks it was served from."""
         previous_last = -1
         for i, segment in enumerate(self._segments):
-            # A segment ends where the next one begins, the last at the log end: skipping needs no read.
-            end = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else self._log_end_offset
-            if end <= start:
+            # A segment ends where the next one begins: skipping needs no read. The last one is read from
+            # its index entry below ``start``, which costs what finding its end would.
+            if i + 1 < len(self._segments) and self._segments[i + 1].base_offset <= start:
                 continue
             _, position = segment.offset_index.lookup(start)
             for view, batches in segment.scan_chunks(position):
@@ -520,7 +525,7 @@ class LocalLog:
                     previous_last = int(batches.last_offset[-1])
                 records = scan_records(data, batches, where=f"{segment.log_path}: ")
                 control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
-                rows = np.flatnonzero((records.offset >= start) & (records.offset < self.high_watermark) & ~control)
+                rows = np.flatnonzero((records.offset >= start) & ~control)
                 for row in rows:
                     yield records, int(row)
 
@@ -545,12 +550,6 @@ def _indexes_sane(segment: LogSegment) -> bool:
     _, last_time_offset = segment.time_index.last_entry()
     return (segment.offset_index.last_offset <= max(segment.base_offset, next_offset)
             and (not len(segment.time_index) or last_time_offset < next_offset))
-
-
-def _in_memory_rebuild(segment: LogSegment) -> LogSegment:
-    """A read-only stand-in for the rebuild a writing open does on disk."""
-    segment.rebuild_in_memory()
-    return segment
 
 
 def _has_torn_tail(segment: LogSegment) -> bool:

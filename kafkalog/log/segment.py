@@ -59,7 +59,8 @@ class LogSegment:
                                         settings.max_index_bytes)
         self.time_index = TimeIndex(names.time_index_file(self.directory, base_offset, suffix), base_offset,
                                     settings.max_index_bytes)
-        self.txn_index = TransactionIndex(names.txn_index_file(self.directory, base_offset, suffix), base_offset)
+        self._txn_index = TransactionIndex(names.txn_index_file(self.directory, base_offset, suffix), base_offset)
+        self._rebuild_pending = False  # see rebuild_in_memory
         self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
         self.bytes_since_last_index_entry = 0
         last_ts, last_ts_offset = self.time_index.last_entry()
@@ -67,6 +68,12 @@ class LogSegment:
         self.offset_of_max_timestamp_so_far = last_ts_offset
         self.rolling_based_timestamp: int | None = None
         self.roll_jitter_ms = 0
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        if self._rebuild_pending:
+            self._finish_rebuild_in_memory()
+        return self._txn_index
 
     # --- files ---------------------------------------------------------------------------------
     @property
@@ -156,6 +163,8 @@ class LogSegment:
 
     def largest_timestamp(self) -> int:
         """The max timestamp if known, else the ``.log`` mtime (what time retention uses, §5.4)."""
+        if self._rebuild_pending:
+            self._finish_rebuild_in_memory()
         return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else self.last_modified_ms()
 
     def first_batch_timestamp(self) -> int:
@@ -255,9 +264,17 @@ class LogSegment:
         return truncated
 
     def rebuild_in_memory(self) -> None:
-        """What :meth:`recover` would rebuild, for a read-only view that may not write: the max
-        timestamp and the aborted transactions from the log; the offset and time index entries are
-        dropped (an empty offset index is always correct: lookups scan from the segment's start)."""
+        """What :meth:`recover` would rebuild, for a read-only view that may not write. The offset and
+        time index entries are dropped (an empty offset index is always correct: lookups scan from the
+        segment's start). The max timestamp and the aborted transactions need the whole log read, so
+        they are rebuilt when first asked for: readers that never ask (``consume``, ``verify``, which
+        reads every batch itself) do not read the segment twice."""
+        self.offset_index.forget_entries()
+        self.time_index.forget_entries()
+        self._rebuild_pending = True
+
+    def _finish_rebuild_in_memory(self) -> None:
+        self._rebuild_pending = False
         data = self.read_bytes()
         batches = scan_batches(data, 0, _framed_prefix(data))
         state, aborted = ProducerState(), []
@@ -266,9 +283,7 @@ class LogSegment:
                 txn = state.update(summarize_batch(data, batches, i))
                 if txn is not None:
                     aborted.append(txn)
-        self.txn_index.use_in_memory(aborted)
-        self.offset_index.forget_entries()
-        self.time_index.forget_entries()
+        self._txn_index.use_in_memory(aborted)
         if len(batches):
             best = int(np.argmax(batches.max_timestamp))
             self.max_timestamp_so_far = int(batches.max_timestamp[best])
@@ -325,11 +340,11 @@ class LogSegment:
     def delete_files(self) -> None:
         self.offset_index.delete()
         self.time_index.delete()
-        self.txn_index.delete_if_exists()
+        self._txn_index.delete_if_exists()
         self.log_path.unlink(missing_ok=True)
 
     def files(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self._txn_index.path]
 
 
 def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:

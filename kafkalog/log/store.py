@@ -282,7 +282,7 @@ class LogStore:
         return found[0]
 
     def open_log(self, location: PartitionLocation, *, read_only: bool, truncate_corrupt: bool = False,
-                 revalidate_all: bool = False, rebuild_in_memory: bool = True) -> LocalLog:
+                 revalidate_all: bool = False) -> LocalLog:
         """Open a partition as Kafka's loader would; ``revalidate_all`` re-validates every segment, as
         after an unclean shutdown with no recovery point (``kafkalog recover --full``)."""
         from kafkalog.log.local_log import LocalLog
@@ -294,8 +294,7 @@ class LogStore:
         clean = not revalidate_all and (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
         return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start or 0,
                              recovery_point=recovery or 0, had_clean_shutdown=clean,
-                             read_only=read_only, truncate_corrupt=truncate_corrupt,
-                             rebuild_in_memory=rebuild_in_memory)
+                             read_only=read_only, truncate_corrupt=truncate_corrupt)
 
     def clean_log_end(self, location: PartitionLocation) -> int | None:
         """The log end offset if Kafka's loader would open this partition without recovering anything

@@ -418,6 +418,33 @@ def test_read_only_open_of_torn_tail_behind_an_index_entry(tmp_path: Path) -> No
     assert ro.log_end_offset == 4
 
 
+def test_read_only_open_without_indexes_rebuilds_what_is_asked_for_when_it_is_asked(tmp_path: Path) -> None:
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    log.append_records([(b"k0", b"v0", (), 5000)], now_ms=NOW)
+    log.append_batch(batch(1, b"t1", b"t2", ts=9000, producer_id=3, producer_epoch=0, base_sequence=0,
+                           is_transactional=True), now_ms=NOW)
+    log.append_batch(fmt.end_txn_marker_batch(fmt.ControlType.ABORT, offset=3, timestamp=7000, producer_id=3,
+                                              producer_epoch=0, coordinator_epoch=1), now_ms=NOW)
+    log.close()
+    for suffix in (names.INDEX_SUFFIX, names.TIME_INDEX_SUFFIX, names.TXN_INDEX_SUFFIX):
+        (d / ("0" * 20 + suffix)).unlink()
+    before = dir_digest(d)
+    ro = LocalLog.open(d, config(), read_only=True)
+    assert ro.load_report.notes == ("segment 0: index missing or corrupt, rebuilt in memory",)
+    segment = ro.segments[0]
+    assert (len(segment.offset_index), len(segment.time_index)) == (0, 0)
+    # What the open did not read is read when first asked for, and is what a writable open rebuilds.
+    assert segment.largest_timestamp() == 9000
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in segment.txn_index.entries()] == [(3, 1, 3)]
+    assert ro.log_end_offset == 4
+    assert [r[0] for r in all_records(ro)] == [0, 1, 2]  # read_uncommitted, as Kafka's default
+    assert dir_digest(d) == before
+    rebuilt = LocalLog.open(d, config()).segments[0]
+    assert rebuilt.largest_timestamp() == 9000
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in rebuilt.txn_index.entries()] == [(3, 1, 3)]
+
+
 def test_zero_filled_log_tail_truncated_on_open(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     cfg = config()

@@ -103,7 +103,8 @@ class LogSegment:
                 f.seek(position)
                 read = f.readinto(buffer)
                 view = memoryview(buffer)[:read]
-                batches = scan_batches(view, where=f"{self.log_path}: ")
+                where = f"{self.log_path} (from byte {position}): " if position else f"{self.log_path}: "
+                batches = scan_batches(view, where=where)
                 if not len(batches):
                     if read < len(buffer):
                         return  # the end of the file, or a torn last entry

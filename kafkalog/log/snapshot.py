@@ -140,8 +140,8 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     prefixes.sort()  # same width, so text order is offset order
     bases = [int(p) for p in prefixes]
     log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), bases[0])
-    last_stat = _regular_stat(dir_fd, directory, prefixes[-1] + names.LOG_SUFFIX)
-    log_end_offset = _next_offset(dir_fd, directory, prefixes[-1], bases[-1], last_stat.st_size)
+    last_tail = _frame_log_tail(dir_fd, directory, prefixes[-1], bases[-1])
+    log_end_offset = _log_end_offset(last_tail, directory, bases[-1])
     checkpoint.check_log_start_offset(directory, checkpoints.log_start_offsets.get(key, 0), log_end_offset)
     full = now_ms is None
     time_cutoff = None
@@ -170,7 +170,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     # Past the walk nothing is read, but for the last segment (stat-ed above).
     segments += [SegmentSnapshot(base, following, NOT_READ, NOT_READ, NOT_READ)
                  for base, following in zip(bases[i:last], bases[i + 1:], strict=True)]
-    size, mtime = last_stat.st_size, last_stat.st_mtime_ns // 1_000_000
+    size, mtime = last_tail.log_size, last_tail.log_mtime_ms
     max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last], size) if walking else NOT_READ
     segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
@@ -194,7 +194,7 @@ def _regular_size(dir_fd: int, name: str) -> int:
     return info.st_size if stat_module.S_ISREG(info.st_mode) else -1
 
 
-def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, int]:
+def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, os.stat_result]:
     """Open a file of the partition for reading; a symlink, FIFO or device is refused, never followed
     or waited on (``O_NONBLOCK`` keeps a FIFO from blocking the open)."""
     try:
@@ -209,17 +209,18 @@ def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, int]:
         os.close(fd)
         raise UnknownFileError(f"{directory}/{name}: not a regular file (a FIFO or device?); kafkalog reads and "
                                "writes only regular files in a partition directory")
-    return fd, info.st_size
+    return fd, info
 
 
 def _read_ends(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple[bytes, bytes, int]:
     """The first and the last whole ``entry_size`` bytes of a file (b"" if none) and its length (0 when
     it is missing)."""
     try:
-        fd, size = _open_regular(dir_fd, directory, name)
+        fd, info = _open_regular(dir_fd, directory, name)
     except FileNotFoundError:
         return b"", b"", 0
     try:
+        size = info.st_size
         usable = size - size % entry_size
         if not usable:
             return b"", b"", size
@@ -276,38 +277,41 @@ def _segment(directory: str, base_offset: int) -> LogSegment:
 class _LogTail(NamedTuple):
     """A segment's log framed from the position of its offset index's last entry."""
 
-    entries: tuple[tuple[int, int], ...]  # the index's first and last (relative offset, position); () if none
     log_size: int
+    log_mtime_ms: int
+    entries: tuple[tuple[int, int], ...]  # the index's first and last (relative offset, position); () if none
     position: int  # where framing started: the last entry's position, or 0 if that lies outside the log
-    next_offset: int  # the offset after the last whole batch from there
+    next_offset: int  # the offset after the last whole batch from there; -1 if the index could not say
     framed_bytes: int  # where that batch ends, counted from position
     unframed_bytes: int  # what follows it: a torn or zero-filled tail, or a position that starts no batch
 
 
-def _frame_log_tail(dir_fd: int, directory: str, prefix: str, base_offset: int) -> _LogTail | None:
+def _frame_log_tail(dir_fd: int, directory: str, prefix: str, base_offset: int) -> _LogTail:
     """Frame the batch headers after the last offset-index entry: a segment's end without reading its
-    start. None where the index cannot say where to start: it ends in a torn entry, or in the zero
-    slots of a file a running broker preallocated (only the whole segment tells where its data ends)."""
-    head, tail, index_size = _read_ends(dir_fd, directory, prefix + names.INDEX_SUFFIX, _INDEX_ENTRY.size)
-    if index_size % _INDEX_ENTRY.size or (index_size > _INDEX_ENTRY.size and tail[:4] == bytes(4)):
-        return None
-    fd, log_size = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
+    start (an empty log needs no index). The index cannot say where to start (``next_offset`` -1) when
+    it ends in a torn entry, or in the zero slots of a file a running broker preallocated: then only
+    the whole segment tells where its data ends."""
+    fd, info = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
     try:
+        log_size, mtime_ms = info.st_size, info.st_mtime_ns // 1_000_000
+        if not log_size:
+            return _LogTail(0, mtime_ms, (), 0, base_offset, 0, 0)
+        head, tail, index_size = _read_ends(dir_fd, directory, prefix + names.INDEX_SUFFIX, _INDEX_ENTRY.size)
+        if index_size % _INDEX_ENTRY.size or (index_size > _INDEX_ENTRY.size and tail[:4] == bytes(4)):
+            return _LogTail(log_size, mtime_ms, (), 0, -1, 0, log_size)
         entries = (_INDEX_ENTRY.unpack(head), _INDEX_ENTRY.unpack(tail)) if tail else ()
         position = entries[1][1] if entries and 0 <= entries[1][1] <= log_size else 0
         data = os.pread(fd, log_size - position, position)
     finally:
         os.close(fd)
     next_offset, end = _frame(data, base_offset)
-    return _LogTail(entries, log_size, position, next_offset, end, len(data) - end)
+    return _LogTail(log_size, mtime_ms, entries, position, next_offset, end, len(data) - end)
 
 
-def _next_offset(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
-    """The log end offset: frame the batches after the last offset-index entry of the last segment."""
-    if log_size == 0:
-        return base_offset
-    tail = _frame_log_tail(dir_fd, directory, prefix, base_offset)
-    if tail is None or (tail.position > 0 and tail.framed_bytes == 0):
+def _log_end_offset(tail: _LogTail, directory: str, base_offset: int) -> int:
+    """The log end offset from the last segment's framed tail, or from the whole segment when the index
+    could not say where to start or its last entry starts no batch."""
+    if tail.next_offset < 0 or (tail.position > 0 and tail.framed_bytes == 0):
         return _segment(directory, base_offset).read_next_offset()
     return tail.next_offset
 
@@ -384,8 +388,10 @@ def _clean_segment_end(dir_fd: int, directory: str, prefix: str, present: set[st
     if prefix + names.INDEX_SUFFIX not in present:
         return -1
     tail = _frame_log_tail(dir_fd, directory, prefix, int(prefix))
-    if tail is None or tail.unframed_bytes or (tail.position and not tail.framed_bytes):
+    if tail.next_offset < 0 or tail.unframed_bytes or (tail.position and not tail.framed_bytes):
         return -1  # not ending on a batch boundary, or an index entry that starts no batch
+    if not tail.log_size and _regular_size(dir_fd, prefix + names.INDEX_SUFFIX):
+        return -1  # entries pointing into an empty log (the framing above did not read the index)
     if tail.entries:
         (first_offset, first_position), (last_offset, last_position) = tail.entries
         if not 0 <= first_offset <= last_offset or not 0 <= first_position <= last_position < tail.log_size \

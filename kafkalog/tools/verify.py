@@ -15,11 +15,13 @@ from __future__ import annotations
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 
 from kafkalog.errors import KafkaLogError
-from kafkalog.format.scan import BatchColumns, find_corrupt_batch, scan_batches, scan_records
+from kafkalog.format.scan import ColumnWorkspace, find_corrupt_batch, scan_records
 from kafkalog.log import checkpoint, names
 from kafkalog.log.index import OffsetIndex, TimeIndex
 from kafkalog.log.local_log import LocalLog
@@ -28,6 +30,7 @@ from kafkalog.log.segment import LogSegment
 from kafkalog.log.store import LogStore, PartitionLocation
 
 VERIFY_ATTEMPTS = 5
+CHUNK_BYTES = 8 << 20  # read and checked at a time (a larger batch is read whole)
 
 
 @dataclass
@@ -137,51 +140,77 @@ def _verify_partition_files(directory: Path, report: PartitionReport) -> None:
             report.problems.append(str(exc))
 
 
+class _Batches(NamedTuple):
+    """The header columns the index checks need, for the whole segment (positions from its start)."""
+
+    position: npt.NDArray[np.int64]
+    base_offset: npt.NDArray[np.int64]
+    last_offset: npt.NDArray[np.int64]
+    max_timestamp: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+
 def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, report: PartitionReport) -> int:
+    """Check a segment a chunk at a time: memory stays bounded by a chunk and its record columns, and
+    the same buffers serve every chunk (fresh memory costs a page fault per page, which for a large
+    segment costs more than checking it)."""
     where = f"{segment.log_path}: "
-    data = segment.read_bytes()
-    batches = scan_batches(data, where=where)
-    report.batches += len(batches)
-    report.bytes += len(data)
-    if batches.valid_end != len(data):
-        report.problems.append(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at "
-                               f"byte {batches.valid_end} (a torn write; `kafkalog recover` truncates it)")
-    corrupt = find_corrupt_batch(data, batches, where)
-    if corrupt is not None:
-        report.problems.append(f"{corrupt} (`kafkalog recover --full` truncates the log there, as Kafka's recovery "
-                               "would; what follows is lost)")
-        return previous_last
-    records = scan_records(data, batches, where=where)
-    report.records += len(records)
-    if len(batches):
-        first_base = int(batches.base_offset[0])
-        if first_base < segment.base_offset:
-            report.problems.append(f"{where}first batch offset {first_base} is below the segment base "
+    workspace = ColumnWorkspace()
+    columns: list[tuple[npt.NDArray[np.int64], ...]] = []
+    end = 0
+    for view, batches in segment.scan_chunks(chunk_bytes=CHUNK_BYTES):
+        chunk_at, end = end, end + batches.valid_end
+        at = where if not chunk_at else f"{segment.log_path} (from byte {chunk_at}): "
+        report.batches += len(batches)
+        corrupt = find_corrupt_batch(view, batches, at)
+        if corrupt is not None:
+            report.problems.append(f"{corrupt} (`kafkalog recover --full` truncates the log there, as Kafka's "
+                                   "recovery would; what follows is lost)")
+            return previous_last
+        records = scan_records(view, batches, where=at, workspace=workspace)
+        report.records += len(records)
+        if not len(batches):
+            continue
+        bases, lasts = batches.base_offset, batches.last_offset
+        if not chunk_at and int(bases[0]) < segment.base_offset:
+            report.problems.append(f"{where}first batch offset {int(bases[0])} is below the segment base "
                                    f"offset {segment.base_offset}")
-        lasts = batches.last_offset
-        bases = batches.base_offset
-        backwards = np.flatnonzero(bases[1:] <= lasts[:-1])
-        if len(backwards):
-            j = int(backwards[0]) + 1
-            report.problems.append(f"{where}batch at byte {int(batches.position[j])} starts at offset "
-                                   f"{int(bases[j])}, not after the previous batch's last offset {int(lasts[j - 1])} "
-                                   "(`kafkalog recover --full` truncates the log there)")
-        if int(bases[0]) <= previous_last:
+        if not chunk_at and int(bases[0]) <= previous_last:
             report.problems.append(f"{where}offset {int(bases[0])} does not follow the previous segment's "
                                    f"last offset {previous_last}")
+        # Every batch starts after the one before it: for a chunk's first, the previous chunk's last
+        # (the segment's first was checked against the previous segment just above).
+        before = np.concatenate(([previous_last], lasts[:-1]))
+        backwards = np.flatnonzero(bases <= before)
+        backwards = backwards if chunk_at else backwards[backwards > 0]
+        if len(backwards):
+            j = int(backwards[0])
+            report.problems.append(f"{where}batch at byte {chunk_at + int(batches.position[j])} starts at offset "
+                                   f"{int(bases[j])}, not after the previous batch's last offset {int(before[j])} "
+                                   "(`kafkalog recover --full` truncates the log there)")
         if len(records):
-            inside = records.offset - batches.base_offset[records.batch_index]
+            inside = records.offset - bases[records.batch_index]
             beyond = records.offset > lasts[records.batch_index]
             same_batch = records.batch_index[1:] == records.batch_index[:-1]
             not_increasing = same_batch & (np.diff(records.offset) <= 0)
             if (inside < 0).any() or beyond.any() or not_increasing.any():
-                report.problems.append(f"{where}record offsets are outside their batch or not increasing")
+                report.problems.append(f"{at}record offsets are outside their batch or not increasing")
         previous_last = int(lasts[-1])
+        columns.append((batches.position + chunk_at, bases, lasts, batches.max_timestamp))
+    size = segment.size
+    report.bytes += size
+    if end < size:
+        report.problems.append(f"{where}{size - end} bytes of an incomplete batch at byte {end} (a torn write; "
+                               "`kafkalog recover` truncates it)")
+    whole = _Batches(*(np.concatenate(c) for c in zip(*columns, strict=True))) if columns else \
+        _Batches(*(np.empty(0, np.int64),) * 4)
     # The files as they are on disk: a read-only open puts an unusable index aside in memory, but the
     # file itself is what a broker (or the next writing command) would meet.
     on_disk = LogSegment(segment.directory, segment.base_offset, segment.settings, suffix=segment.suffix)
-    _verify_offset_index(on_disk, batches, report)
-    _verify_time_index(on_disk, batches, is_active, report)
+    _verify_offset_index(on_disk, whole, report)
+    _verify_time_index(on_disk, whole, is_active, report)
     try:
         on_disk.txn_index.sanity_check()
     except KafkaLogError as exc:
@@ -202,7 +231,7 @@ def _index_present_and_sane(index: OffsetIndex | TimeIndex, report: PartitionRep
     return bool(len(index))
 
 
-def _verify_offset_index(segment: LogSegment, batches: BatchColumns, report: PartitionReport) -> None:
+def _verify_offset_index(segment: LogSegment, batches: _Batches, report: PartitionReport) -> None:
     index = segment.offset_index
     if not _index_present_and_sane(index, report):
         return
@@ -222,7 +251,7 @@ def _verify_offset_index(segment: LogSegment, batches: BatchColumns, report: Par
             return
 
 
-def _verify_time_index(segment: LogSegment, batches: BatchColumns, is_active: bool,
+def _verify_time_index(segment: LogSegment, batches: _Batches, is_active: bool,
                        report: PartitionReport) -> None:
     index = segment.time_index
     if not _index_present_and_sane(index, report):

@@ -61,7 +61,8 @@ def test_a_writer_that_died_before_its_checkpoint_is_recovered(tmp_path: Path) -
 @pytest.mark.parametrize("damage", ["torn tail", "leftover .cleaned", "orphan index", "index missing",
                                     "torn index entry", "last index entry past the data",
                                     "time index decreasing", "offset index preallocated",
-                                    "time index a symlink", "sealed segment overwritten after its index"])
+                                    "time index a symlink", "index entries on an empty log",
+                                    "sealed segment overwritten after its index"])
 def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) -> None:
     store, partition = _store(tmp_path)
     logs = _segments(partition)
@@ -93,6 +94,11 @@ def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) ->
         index = first.with_suffix(names.TIME_INDEX_SUFFIX)
         index.rename(tmp_path / "elsewhere.timeindex")
         index.symlink_to(tmp_path / "elsewhere.timeindex")
+    elif damage == "index entries on an empty log":  # vouched for by a broker's marker, not the recovery point
+        last.write_bytes(b"")
+        last.with_suffix(names.TIME_INDEX_SUFFIX).write_bytes(b"")
+        last.with_suffix(names.INDEX_SUFFIX).write_bytes((1).to_bytes(4, "big") + (0).to_bytes(4, "big"))
+        (partition.parent / names.CLEAN_SHUTDOWN_FILE).touch()
     else:  # a batch length in the first segment's tail grown: its batches no longer frame to its end
         data = bytearray(first.read_bytes())
         at = 0

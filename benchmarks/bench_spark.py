@@ -52,15 +52,12 @@ import json
 import multiprocessing
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +69,7 @@ from benchmarks.bench_compaction import RECORDS_PER_BATCH, T0, _records_section
 from kafkalog.format.batch import assemble_batch
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
-from tests.spark.processes import BIN, kill_tree, listening_addresses, spark_missing
+from tests.spark.processes import BIN, kill_tree, listening_addresses, spark_missing, standalone_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / ".data"
@@ -208,12 +205,6 @@ def machine_limit(alternations: int = 3) -> dict[str, float]:
 
 
 # --- processes -----------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Env:
     spark_env: dict[str, str]
@@ -354,56 +345,6 @@ def submit(env: Env, logs: Path, report: Path, *, master: str, conf: Sequence[st
             "listening": sorted(listening)}
 
 
-@contextmanager
-def standalone_cluster(env: Env, workdir: Path, workers: int = 2) -> Iterator[tuple[str, list[int], float]]:
-    """A master and ``workers`` one-core workers on 127.0.0.1, each in its own session; yields (master URL,
-    their pids, seconds until every worker was ALIVE) and always kills their process groups afterwards."""
-    port, webui = _free_port(), _free_port()
-    cluster_env = dict(env.spark_env, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")  # no port 6066
-    workdir.mkdir(parents=True)
-    procs: list[subprocess.Popen[bytes]] = []
-    names_ = ["master", *[f"worker{i}" for i in range(workers)]]
-
-    def launch(name: str, *args: str) -> None:
-        with open(workdir / f"{name}.out", "wb") as log:
-            procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=cluster_env, stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True))
-
-    url = f"spark://{LOOPBACK}:{port}"
-    started = time.perf_counter()
-
-    def wait_for(what: str, ready: Any) -> None:
-        while True:
-            for p, name in zip(procs, names_, strict=False):
-                if p.poll() is not None:
-                    raise SystemExit(f"{name} exited with {p.returncode}:\n{_tail(workdir / f'{name}.out')}")
-            if time.perf_counter() - started > 90:
-                raise SystemExit(f"{what} not reached after 90 s; see {workdir}")
-            time.sleep(0.1)
-            try:
-                with urllib.request.urlopen(f"http://{LOOPBACK}:{webui}/json/", timeout=2) as response:
-                    if ready(json.load(response)):
-                        return
-            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
-                continue
-
-    try:
-        launch("master", "org.apache.spark.deploy.master.Master", "--host", LOOPBACK, "--port", str(port),
-               "--webui-port", str(webui))
-        # Workers launched before the master is up retry their registration only after 5-15 s (Spark's
-        # fuzzed initial retry interval), so start them once the master says it is ALIVE.
-        wait_for("master ALIVE", lambda state: state.get("status") == "ALIVE")
-        for i in range(workers):
-            launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", LOOPBACK, "--cores", "1",
-                   "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(workdir / f"work{i}"), url)
-        wait_for(f"{workers} workers ALIVE",
-                 lambda state: sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") >= workers)
-        yield url, [p.pid for p in procs], time.perf_counter() - started
-    finally:
-        for p in reversed(procs):
-            kill_tree(p)
-
-
 # --- one run -------------------------------------------------------------------------------------------
 def run_one(env: Env, data: DataSet, runner: str, tag: str) -> dict[str, Any]:
     work = DATA / "spark-runs" / tag
@@ -416,7 +357,9 @@ def run_one(env: Env, data: DataSet, runner: str, tag: str) -> dict[str, Any]:
     elif runner in ("local[2]", "local[4]"):
         result = submit(env, logs, report, master=runner, expect_partitions=data.partitions)
     else:
-        with standalone_cluster(env, env.scratch / f"{tag}-cluster") as (url, pids, cluster_s):
+        started = time.perf_counter()
+        with standalone_cluster(env.spark_env, env.scratch / f"{tag}-cluster") as (url, pids):
+            cluster_s = time.perf_counter() - started
             listening = listening_addresses(pids)
             result = submit(env, logs, report, master=url, watch=pids, expect_partitions=data.partitions,
                             conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0"])

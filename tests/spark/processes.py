@@ -16,9 +16,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from kafkalog.pipeline.airflow_local import descendants  # shared with the Airflow harness
 
@@ -109,35 +110,42 @@ def standalone_cluster(env: Mapping[str, str], workdir: Path, workers: int = 2,
     env = dict(env, SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false")  # no REST port 6066
     workdir.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
+    names = ["master", *[f"worker{i}" for i in range(workers)]]
+    deadline = time.monotonic() + timeout_s
 
     def launch(name: str, *args: str) -> None:
         with open(workdir / f"{name}.out", "wb") as log:
             procs.append(subprocess.Popen([str(BIN / "spark-class"), *args], env=env, stdout=log,
                                           stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True))
 
+    def wait_for(what: str, reached: Callable[[dict[str, Any]], bool]) -> None:
+        while True:
+            for p, name in zip(procs, names, strict=False):
+                if p.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {p.returncode}:\n"
+                                       f"{(workdir / f'{name}.out').read_text(errors='replace')[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} not reached after {timeout_s:.0f} s; see {workdir}")
+            time.sleep(0.1)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as response:
+                    if reached(json.load(response)):
+                        return
+            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
+                continue
+
     url = f"spark://127.0.0.1:{port}"
     try:
         launch("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                "--webui-port", str(webui))
+        # A worker started before the master is up retries its registration only after 5-15 s (Spark's
+        # fuzzed initial retry interval): start the workers once the master says it is ALIVE.
+        wait_for("master ALIVE", lambda state: state.get("status") == "ALIVE")
         for i in range(workers):
             launch(f"worker{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
                    "--memory", "2g", "--webui-port", str(free_port()), "--work-dir", str(workdir / f"work{i}"), url)
-        deadline = time.monotonic() + timeout_s
-        alive = 0
-        while alive < workers:
-            for p, name in zip(procs, ["master", *[f"worker{i}" for i in range(workers)]], strict=True):
-                if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {p.returncode}:\n"
-                                       f"{(workdir / f'{name}.out').read_text()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {alive} of {workers} workers ALIVE after {timeout_s:.0f} s")
-            time.sleep(0.25)
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=2) as response:
-                    state = json.load(response)
-            except (OSError, ValueError):  # not up yet; a master UI just started once answered an HTML page
-                continue
-            alive = sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+        wait_for(f"{workers} workers ALIVE",
+                 lambda state: sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") >= workers)
         yield url, [p.pid for p in procs]
     finally:
         for p in reversed(procs):

@@ -24,7 +24,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -130,12 +129,6 @@ def _submit(spark: Spark, log_dirs: Sequence[Path], report: Path, now_ms: int, w
     doc = json.loads(report.read_text()) if report.exists() else {}
     return JobRun(proc.returncode, doc, report.with_suffix(".stdout").read_text(errors="replace"),
                   report.with_suffix(".stderr").read_text(errors="replace"), seconds, listening)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _standalone_cluster(spark: Spark, workdir: Path,

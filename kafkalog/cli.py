@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from typing import Any, TextIO
 
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log.config import BrokerConfig, describe
-from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
+from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation, configured_broker_file, configured_log_dirs
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.journal import new_run_id
 from kafkalog.pipeline import plans
@@ -34,18 +33,12 @@ def _split_config(items: Sequence[str] | None) -> dict[str, str]:
 
 
 def _broker(args: argparse.Namespace) -> BrokerConfig:
-    path = args.config_file or os.environ.get("KAFKALOG_CONFIG") or None
-    return BrokerConfig.load(path)
+    return BrokerConfig.load(configured_broker_file(args.config_file))
 
 
 def _store(args: argparse.Namespace, *, create_missing: bool = False) -> LogStore:
     broker = _broker(args)
-    dirs: list[str] = list(args.log_dir or [])
-    if not dirs and os.environ.get("KAFKALOG_LOG_DIRS"):
-        dirs = [d for d in os.environ["KAFKALOG_LOG_DIRS"].split(",") if d.strip()]
-    if not dirs:
-        dirs = list(broker.log_dirs)
-    return LogStore([Path(d) for d in dirs], broker, create_missing=create_missing)
+    return LogStore(configured_log_dirs(args.log_dir, broker), broker, create_missing=create_missing)
 
 
 def _emit_json(doc: dict[str, Any], out: TextIO) -> None:

@@ -28,9 +28,9 @@ from typing import Any, NoReturn
 
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log import names
-from kafkalog.log.config import BrokerConfig, parse_properties
+from kafkalog.log.config import BrokerConfig
 from kafkalog.log.lock import cleaner_lock
-from kafkalog.log.store import LogStore
+from kafkalog.log.store import LogStore, configured_broker_file, configured_log_dirs
 from kafkalog.maintenance import cleaning_tasks as tasks  # looked up at each call: the tests patch it
 from kafkalog.maintenance.cleaner import dirty_segments
 from kafkalog.maintenance.journal import new_run_id
@@ -218,15 +218,12 @@ def resolve_clocks(args: argparse.Namespace, plan: Doc | None, wall_ms: int) -> 
 
 def open_store(args: argparse.Namespace) -> tuple[LogStore, dict[str, str]]:
     """The log dirs as ``kafkalog`` finds them, and the broker file's properties (the executors get those)."""
-    config_file = args.config_file or os.environ.get("KAFKALOG_CONFIG") or None
-    broker = BrokerConfig.load(config_file)  # refuses an unreadable or invalid file
-    properties = parse_properties(Path(config_file).read_text(encoding="utf-8")) if config_file else {}
-    env_dirs = [d.strip() for d in os.environ.get("KAFKALOG_LOG_DIRS", "").split(",") if d.strip()]
-    store = LogStore(args.log_dir or env_dirs or broker.log_dirs, broker)  # refuses a missing log dir
+    broker = BrokerConfig.load(configured_broker_file(args.config_file))  # refuses an unreadable or invalid file
+    store = LogStore(configured_log_dirs(args.log_dir, broker), broker)  # refuses a missing log dir
     for d in store.log_dirs:
         if not os.access(d, os.R_OK | os.X_OK | os.W_OK):
             raise JobError(f"log dir {d} is not readable and writable by this user on the driver")
-    return store, properties
+    return store, dict(broker.properties)
 
 
 # --- driver: Spark -----------------------------------------------------------------------------------------

@@ -353,6 +353,8 @@ class BrokerConfig:
     log_cleaner_backoff_ms: int
     producer_id_expiration_ms: int
     ignored_keys: tuple[str, ...] = ()  # keys of the file that are not log settings; Kafka ignores them too
+    # What it was made from: the Spark job ships these to executors, which may not see the file.
+    properties: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
@@ -382,7 +384,8 @@ class BrokerConfig:
         kwargs["log_dirs"] = dirs or (log_dir,)
         known = _SYNONYM_OF.keys() | BROKER_CONFIGS.keys()
         return cls(topic_defaults=MappingProxyType(defaults), topic_default_keys=MappingProxyType(sources),
-                   ignored_keys=tuple(sorted(props.keys() - known)), **kwargs)
+                   ignored_keys=tuple(sorted(props.keys() - known)), properties=MappingProxyType(dict(props)),
+                   **kwargs)
 
     @classmethod
     def load(cls, path: str | Path | None) -> BrokerConfig:

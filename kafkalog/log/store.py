@@ -71,6 +71,22 @@ class PartitionLocation:
         return self.log_dir / self.topic_partition.dir_name
 
 
+def configured_log_dirs(given: Sequence[str] | None, broker: BrokerConfig | None,
+                        environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The log dirs every driver (the CLI, the DAGs, the Spark job, the UI) uses: those ``given``
+    (``--log-dir``, a DAG's ``log_dirs``), else ``$KAFKALOG_LOG_DIRS`` (comma-separated, blanks and
+    spaces around items dropped), else the ``broker`` config's ``log.dirs`` (none without one)."""
+    if given:
+        return list(given)
+    from_env = [d.strip() for d in environ.get("KAFKALOG_LOG_DIRS", "").split(",") if d.strip()]
+    return from_env or (list(broker.log_dirs) if broker is not None else [])
+
+
+def configured_broker_file(given: str | None, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The broker file: the one ``given`` (``--config-file``), else ``$KAFKALOG_CONFIG``, else none."""
+    return given or environ.get("KAFKALOG_CONFIG") or None
+
+
 class LogStore:
     def __init__(self, log_dirs: Sequence[Path | str], broker: BrokerConfig | None = None,
                  *, create_missing: bool = False) -> None:

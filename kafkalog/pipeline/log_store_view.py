@@ -51,11 +51,10 @@ class StoreSpec:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> StoreSpec:
         from kafkalog.log.config import BrokerConfig
+        from kafkalog.log.store import configured_broker_file, configured_log_dirs
 
-        config = environ.get("KAFKALOG_CONFIG") or None
-        dirs = tuple(d.strip() for d in environ.get("KAFKALOG_LOG_DIRS", "").split(",") if d.strip())
-        if not dirs and config:
-            dirs = BrokerConfig.load(config).log_dirs
+        config = configured_broker_file(None, environ)
+        dirs = configured_log_dirs(None, BrokerConfig.load(config) if config else None, environ)
         if not dirs:
             raise KafkaLogError("no log dirs: set KAFKALOG_LOG_DIRS (or log.dirs in $KAFKALOG_CONFIG) for the "
                                 "Airflow api-server")

@@ -46,12 +46,22 @@ def _env_list(name: str) -> list[str]:
     return [d.strip() for d in os.environ.get(name, "").split(",") if d.strip()]
 
 
+def _log_dirs(params: Mapping[str, Any]) -> list[str]:
+    """The run's log dirs, found as every driver finds them: the param, else $KAFKALOG_LOG_DIRS, else
+    ``log.dirs`` of the broker file (the ``config_file`` param or $KAFKALOG_CONFIG)."""
+    from kafkalog.log.config import BrokerConfig
+    from kafkalog.log.store import configured_broker_file, configured_log_dirs
+
+    config = configured_broker_file(params.get("config_file"))
+    return configured_log_dirs(params["log_dirs"], BrokerConfig.load(config) if config else None)
+
+
 def cycle_params(**extra: Param) -> dict[str, Param]:
     """The trigger form of both DAGs, validated by Airflow before a run is created."""
     return {
         "log_dirs": Param(_env_list("KAFKALOG_LOG_DIRS"), type="array", items={"type": "string", "pattern": "^/"},
                           description="Absolute paths of the log dirs (Kafka's log.dirs). Empty: the workers' "
-                                      "$KAFKALOG_LOG_DIRS."),
+                                      "$KAFKALOG_LOG_DIRS, else log.dirs of the broker config file."),
         "config_file": Param(os.environ.get("KAFKALOG_CONFIG") or None, type=["null", "string"],
                              description="Broker defaults, server.properties style (log.retention.hours=…). "
                                          "Default: $KAFKALOG_CONFIG."),
@@ -75,7 +85,7 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
     return CycleSettings(
         run_id=f"{context['dag'].dag_id}/{context['run_id']}",
         now_ms=cycle_clock_ms(int(logical.timestamp() * 1000)),
-        log_dirs=tuple(params["log_dirs"] or _env_list("KAFKALOG_LOG_DIRS")),
+        log_dirs=tuple(_log_dirs(params)),
         config_file=params.get("config_file") or None,
         topics=None if params.get("topics") is None else tuple(params["topics"]),
         dry_run=bool(params.get("dry_run")),
@@ -85,9 +95,9 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
 def run_dir(context: Mapping[str, Any]) -> Path:
     """The run dir of this DAG run (derived, not passed: every task of the run finds the same one)."""
     params = context["params"]
-    log_dirs = params["log_dirs"] or _env_list("KAFKALOG_LOG_DIRS")
+    log_dirs = _log_dirs(params)
     if not log_dirs:
-        raise ValueError("no log dirs: set the log_dirs param or KAFKALOG_LOG_DIRS")
+        raise ValueError("no log dirs: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in the broker file")
     return run_dir_for(os.environ.get(STATE_DIR_ENV), log_dirs, context["dag"].dag_id, context["run_id"])
 
 

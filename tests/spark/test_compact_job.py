@@ -697,3 +697,22 @@ def test_a_bug_while_planning_one_partition_fails_that_partition_only(tmp_path: 
     assert {p for p in got if p.startswith(f"{TOPIC}-1/")} == {p for p in before if p.startswith(f"{TOPIC}-1/")}
     with cleaner_lock(log_dir / f"{TOPIC}-1", timeout_s=0):
         pass  # released: the next cycle can clean it
+
+
+def test_the_driver_finds_the_log_dirs_as_the_cli_does_and_ships_the_broker_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = _load_job()
+    log_dir = tmp_path / "logs"
+    _build(log_dir, segments=2)
+    broker_file = tmp_path / "server.properties"
+    broker_file.write_text(f"log.dirs={log_dir}\nlog.cleaner.delete.retention.ms=5000\nbroker.id=7\n")
+    monkeypatch.setenv("KAFKALOG_LOG_DIRS", f" {log_dir} ,")
+    report = ["--report", str(tmp_path / "report.json"), "--now-ms", "0"]
+    store, properties = job.open_store(job.parse_args(["--config-file", str(broker_file), *report]))
+    assert store.log_dirs == [log_dir.resolve()]
+    # Executors may not see the file: they get its properties, read once on the driver.
+    assert properties == {"log.dirs": str(log_dir), "log.cleaner.delete.retention.ms": "5000", "broker.id": "7"}
+    monkeypatch.delenv("KAFKALOG_LOG_DIRS")
+    monkeypatch.setenv("KAFKALOG_CONFIG", str(broker_file))
+    store, _ = job.open_store(job.parse_args(report))
+    assert store.log_dirs == [log_dir.resolve()]

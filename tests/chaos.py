@@ -158,12 +158,13 @@ class Harness:
                    PYSPARK_DRIVER_PYTHON=sys.executable)
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        # Aim each kill before the time this kind of command last took (on this small store a command
-        # often ends within a fraction of a second; a kill after its end tests nothing). A command that
-        # ends first tells how long it took, and the next kill of its kind comes earlier.
+        # Aim each kill within the time this kind of command last took, from a quarter of it to near its
+        # end (on this small store a command often ends within a fraction of a second, and a kill after
+        # its end tests nothing). A command that ends first tells how long it took, and the next kill
+        # of its kind is aimed within that.
         started = time.monotonic()
         try:
-            proc.wait(timeout=self.rng.uniform(0.1, max(0.15, self.seconds.get(kind, 25.0 if spark else 1.2))))
+            proc.wait(timeout=self.rng.uniform(0.25, 0.9) * self.seconds.get(kind, 20.0 if spark else 0.5))
             self.seconds[kind] = time.monotonic() - started
         except subprocess.TimeoutExpired:
             self.outcome.killed_running += 1

@@ -61,7 +61,8 @@ class CycleSettings:
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
-            raise KafkaLogError("no log directory given: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in the broker file")
+            raise KafkaLogError("no log directory given: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in "
+                                "the broker file")
         if self.now_ms < 0:
             raise KafkaLogError(f"the cycle's clock {self.now_ms} must not be negative")
         if self.wall_now_ms is not None and self.wall_now_ms < self.now_ms:

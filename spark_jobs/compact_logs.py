@@ -31,10 +31,10 @@ from kafkalog.log import names
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore, configured_broker_file, configured_log_dirs
-from kafkalog.maintenance import cleaning_tasks as tasks  # looked up at each call: the tests patch it
-from kafkalog.maintenance.cleaner import dirty_segments
 from kafkalog.maintenance.journal import new_run_id
 from kafkalog.pipeline.plans import apply_checkpoint_resets, plan_compaction, read_compaction_plan, write_json
+
+# cleaning_tasks is imported where used: numba, which comes with it, reads NUMBA_CACHE_DIR (set by `run`) then.
 
 EXIT_OK, EXIT_REFUSED, EXIT_PARTITIONS_FAILED = 0, 1, 2
 REPORT_VERSION = 2
@@ -315,6 +315,7 @@ class Round:
         """Discard every attempt's leftovers (if tasks ran) and release the cleaner lock (once)."""
         if self.locked:
             if self.spec is not None:
+                from kafkalog.maintenance import cleaning_tasks as tasks
                 with contextlib.suppress(OSError):
                     tasks.discard_attempts(self.location)
                 shutil.rmtree(self.scratch, ignore_errors=True)
@@ -356,6 +357,8 @@ def lock_rounds(store: LogStore, job: Job) -> None:
 def plan_rounds(sc: Any, store: LogStore, job: Job, split_bytes: int | None, map_memory: int | None) -> None:
     """Leftovers resolved and each round's spec fixed; a huge partition gets a key-map stage, in as many
     parts as its map needs to fit a task's memory (as given, or half the executor's declared Python memory)."""
+    from kafkalog.maintenance import cleaning_tasks as tasks
+    from kafkalog.maintenance.cleaner import dirty_segments
     for r in job.live():
         r.scratch = Path(job.scratch_dir) / r.name
         shutil.rmtree(r.scratch, ignore_errors=True)  # killed runs' key maps (the partition's lock is ours now)
@@ -442,6 +445,7 @@ def all_ok(r: Round, outs: list[Doc], expected: int) -> bool:
 
 
 def commit(job: Job, r: Round, outs: list[Doc], expected: int) -> None:
+    from kafkalog.maintenance import cleaning_tasks as tasks
     if not r.locked or not all_ok(r, outs, expected):
         return
     started = time.time()

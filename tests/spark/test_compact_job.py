@@ -716,3 +716,17 @@ def test_the_driver_finds_the_log_dirs_as_the_cli_does_and_ships_the_broker_file
     monkeypatch.setenv("KAFKALOG_CONFIG", str(broker_file))
     store, _ = job.open_store(job.parse_args(report))
     assert store.log_dirs == [log_dir.resolve()]
+
+
+def test_the_driver_loads_numba_only_after_setting_its_cache_dir() -> None:
+    """numba reads NUMBA_CACHE_DIR when first imported: loading the job must not import it (``run`` sets
+    the variable, then the driver's first kernel use imports numba)."""
+    check = ("import importlib.util, sys\n"
+             f"spec = importlib.util.spec_from_file_location('compact_logs_job', {str(JOB)!r})\n"
+             "module = importlib.util.module_from_spec(spec)\n"
+             "sys.modules[spec.name] = module\n"
+             "spec.loader.exec_module(module)\n"
+             "print('numba' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -91,8 +91,13 @@ class LocalAirflow:
         return f"http://{LOOPBACK}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        (self.home / "passwords.json").parent.mkdir(parents=True, exist_ok=True)
-        (self.home / "passwords.json").write_text(json.dumps({"admin": self.password}))
+        from kafkalog.pipeline.plans import write_json
+
+        passwords = self.home / "passwords.json"
+        if not passwords.exists() or json.loads(passwords.read_text() or "{}") != {"admin": self.password}:
+            # Replaced whole, never rewritten in place: each component's auth manager reads this file as
+            # it starts, and one that found it empty would write a password of its own for admin.
+            write_json(passwords, {"admin": self.password})
         bin_dir = str(Path(sys.executable).parent)
         env = {
             **os.environ,

@@ -12,6 +12,7 @@ history the ``.log`` does not record (multi-batch appends, restarts), see fixtur
 
 from __future__ import annotations
 
+import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kafkalog.errors import KafkaLogError
+from kafkalog.format import batch as fmt
 from kafkalog.format.scan import ColumnWorkspace, find_corrupt_batch, scan_records
 from kafkalog.log import checkpoint, names
 from kafkalog.log.index import OffsetIndex, TimeIndex
@@ -140,6 +142,16 @@ def _verify_partition_files(directory: Path, report: PartitionReport) -> None:
             report.problems.append(str(exc))
 
 
+def _torn_bytes(segment: LogSegment, end: int) -> int:
+    """The bytes after the last complete batch read at ``end``, if they do not hold a complete batch now
+    (a torn write); 0 when they do: a writer appended it after the last read (readers take no lock)."""
+    with open(segment.log_path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = os.pread(f.fileno(), fmt.LOG_OVERHEAD, end)
+    length = int.from_bytes(head[8:12], "big", signed=True) if len(head) == fmt.LOG_OVERHEAD else -1
+    return 0 if fmt.MIN_ENTRY_LENGTH <= length <= size - end - fmt.LOG_OVERHEAD else max(0, size - end)
+
+
 class _Batches(NamedTuple):
     """The header columns the index checks need, for the whole segment (positions from its start)."""
 
@@ -147,6 +159,7 @@ class _Batches(NamedTuple):
     base_offset: npt.NDArray[np.int64]
     last_offset: npt.NDArray[np.int64]
     max_timestamp: npt.NDArray[np.int64]
+    end: int  # where the last of them ends: an active segment's index may already point past it
 
     def __len__(self) -> int:
         return len(self.position)
@@ -199,17 +212,17 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
                 report.problems.append(f"{at}record offsets are outside their batch or not increasing")
         previous_last = int(lasts[-1])
         columns.append((batches.position + chunk_at, bases, lasts, batches.max_timestamp))
-    size = segment.size
-    report.bytes += size
-    if end < size:
-        report.problems.append(f"{where}{size - end} bytes of an incomplete batch at byte {end} (a torn write; "
+    torn = _torn_bytes(segment, end)
+    report.bytes += end + torn
+    if torn:
+        report.problems.append(f"{where}{torn} bytes of an incomplete batch at byte {end} (a torn write; "
                                "`kafkalog recover` truncates it)")
-    whole = _Batches(*(np.concatenate(c) for c in zip(*columns, strict=True))) if columns else \
-        _Batches(*(np.empty(0, np.int64),) * 4)
+    arrays = [np.concatenate(c) for c in zip(*columns, strict=True)] if columns else [np.empty(0, np.int64)] * 4
+    whole = _Batches(arrays[0], arrays[1], arrays[2], arrays[3], end)
     # The files as they are on disk: a read-only open puts an unusable index aside in memory, but the
     # file itself is what a broker (or the next writing command) would meet.
     on_disk = LogSegment(segment.directory, segment.base_offset, segment.settings, suffix=segment.suffix)
-    _verify_offset_index(on_disk, whole, report)
+    _verify_offset_index(on_disk, whole, is_active, report)
     _verify_time_index(on_disk, whole, is_active, report)
     try:
         on_disk.txn_index.sanity_check()
@@ -231,7 +244,7 @@ def _index_present_and_sane(index: OffsetIndex | TimeIndex, report: PartitionRep
     return bool(len(index))
 
 
-def _verify_offset_index(segment: LogSegment, batches: _Batches, report: PartitionReport) -> None:
+def _verify_offset_index(segment: LogSegment, batches: _Batches, is_active: bool, report: PartitionReport) -> None:
     index = segment.offset_index
     if not _index_present_and_sane(index, report):
         return
@@ -239,6 +252,8 @@ def _verify_offset_index(segment: LogSegment, batches: _Batches, report: Partiti
     lasts = batches.last_offset
     for slot in range(len(index)):
         offset, position = index.entry(slot)
+        if is_active and position >= batches.end:
+            return  # a batch a writer appended after it was read (readers take no lock)
         j = int(np.searchsorted(positions, position))
         if j >= len(positions) or int(positions[j]) != position:
             report.problems.append(f"{index.path}: entry {slot} (offset {offset}) points at byte {position}, "
@@ -263,6 +278,8 @@ def _verify_time_index(segment: LogSegment, batches: _Batches, is_active: bool,
     running_max = np.maximum.accumulate(batches.max_timestamp) if len(batches) else batches.max_timestamp
     for slot in range(len(index)):
         timestamp, offset = index.entry(slot)
+        if is_active and (not len(batches) or offset > int(batches.last_offset[-1])):
+            return  # in a batch a writer appended after it was read
         # The batch holding ``offset``: older brokers stored a record's offset, newer the batch's last.
         j = int(np.searchsorted(batches.last_offset, offset))
         if j >= len(batches) or int(batches.base_offset[j]) > offset:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kafkalog.log import names
+from kafkalog.log.segment import LogSegment
 from kafkalog.log.store import LogStore
 from kafkalog.tools import verify
 
@@ -69,3 +72,35 @@ def test_problems_in_a_later_chunk_name_their_byte_in_the_segment(tmp_path: Path
     assert len(crc) == 1, problems
     found = re.search(r"\(from byte (\d+)\): .*?byte (\d+)", crc[0])
     assert found is not None and int(found[1]) + int(found[2]) == starts[50], crc[0]
+
+
+def test_batches_appended_after_the_last_read_are_not_problems(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store, segment = _store(tmp_path / "store")
+    index = segment.with_suffix(names.INDEX_SUFFIX)
+    entries = len(index.read_bytes())
+    chunks = LogSegment.scan_chunks
+
+    def then_a_writer_appends(self: LogSegment, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        yield from chunks(self, *args, **kwargs)
+        # A producer, after verify's last read of the active segment and before it reads the index.
+        with store.writable_log(store.locate("t", 0)) as log:
+            for i in range(4):
+                log.append_records([(b"late%d" % i, b"w" * 400, (), NOW + 100)])
+
+    monkeypatch.setattr(LogSegment, "scan_chunks", then_a_writer_appends)
+    report = _report(store, monkeypatch, 8 << 20)
+    assert len(index.read_bytes()) > entries  # the index now points past what verify read
+    assert (report.batches, report.records, report.problems) == (60, 180, [])
+    monkeypatch.setattr(LogSegment, "scan_chunks", chunks)
+    assert _report(store, monkeypatch, 8 << 20).problems == []
+
+
+def test_half_a_batch_at_the_end_is_a_torn_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, segment = _store(tmp_path / "store")
+    size = segment.stat().st_size
+    with segment.open("ab") as f:
+        f.write(segment.read_bytes()[:_batch_starts(segment)[1]][:50])
+    assert _report(store, monkeypatch, 8 << 20).problems == [
+        f"{segment}: 50 bytes of an incomplete batch at byte {size} (a torn write; `kafkalog recover` "
+        "truncates it)"]

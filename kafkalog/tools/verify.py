@@ -244,16 +244,23 @@ def _index_present_and_sane(index: OffsetIndex | TimeIndex, report: PartitionRep
     return bool(len(index))
 
 
+def _appended_size(segment: LogSegment, batches: _Batches, is_active: bool) -> int:
+    """The active segment's size now, once its index is read: past ``batches.end`` a writer appended
+    (readers take no lock; it writes a batch before the index entry for it). Else ``batches.end``."""
+    return max(segment.size, batches.end) if is_active else batches.end
+
+
 def _verify_offset_index(segment: LogSegment, batches: _Batches, is_active: bool, report: PartitionReport) -> None:
     index = segment.offset_index
     if not _index_present_and_sane(index, report):
         return
     positions = batches.position
     lasts = batches.last_offset
+    size = _appended_size(segment, batches, is_active)
     for slot in range(len(index)):
         offset, position = index.entry(slot)
-        if is_active and position >= batches.end:
-            return  # a batch a writer appended after it was read (readers take no lock)
+        if batches.end <= position < size:
+            return  # a batch a writer appended after it was read
         j = int(np.searchsorted(positions, position))
         if j >= len(positions) or int(positions[j]) != position:
             report.problems.append(f"{index.path}: entry {slot} (offset {offset}) points at byte {position}, "
@@ -276,9 +283,10 @@ def _verify_time_index(segment: LogSegment, batches: _Batches, is_active: bool,
         report.problems.append(f"{index.path}: timestamps are not strictly increasing")
         return
     running_max = np.maximum.accumulate(batches.max_timestamp) if len(batches) else batches.max_timestamp
+    appended = _appended_size(segment, batches, is_active) > batches.end
     for slot in range(len(index)):
         timestamp, offset = index.entry(slot)
-        if is_active and (not len(batches) or offset > int(batches.last_offset[-1])):
+        if appended and (not len(batches) or offset > int(batches.last_offset[-1])):
             return  # in a batch a writer appended after it was read
         # The batch holding ``offset``: older brokers stored a record's offset, newer the batch's last.
         j = int(np.searchsorted(batches.last_offset, offset))

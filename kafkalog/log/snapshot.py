@@ -384,10 +384,10 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
 
 def _clean_segment_end(dir_fd: int, directory: str, prefix: str, present: set[str]) -> int:
     """The segment's next offset if it passes ``clean_log_end``'s checks, else -1."""
-    time_name, txn_name = prefix + names.TIME_INDEX_SUFFIX, prefix + names.TXN_INDEX_SUFFIX
+    base, time_name, txn_name = int(prefix), prefix + names.TIME_INDEX_SUFFIX, prefix + names.TXN_INDEX_SUFFIX
     if prefix + names.INDEX_SUFFIX not in present:
         return -1
-    tail = _frame_log_tail(dir_fd, directory, prefix, int(prefix))
+    tail = _frame_log_tail(dir_fd, directory, prefix, base)
     if tail.next_offset < 0 or tail.unframed_bytes or (tail.position and not tail.framed_bytes):
         return -1  # not ending on a batch boundary, or an index entry that starts no batch
     if not tail.log_size and _regular_size(dir_fd, prefix + names.INDEX_SUFFIX):
@@ -395,7 +395,7 @@ def _clean_segment_end(dir_fd: int, directory: str, prefix: str, present: set[st
     if tail.entries:
         (first_offset, first_position), (last_offset, last_position) = tail.entries
         if not 0 <= first_offset <= last_offset or not 0 <= first_position <= last_position < tail.log_size \
-                or int(prefix) + last_offset > max(int(prefix), tail.next_offset):
+                or base + last_offset > max(base, tail.next_offset):
             return -1
     if txn_name in present and _regular_size(dir_fd, txn_name) % _INDEX_ENTRY_BYTES[names.TXN_INDEX_SUFFIX]:
         return -1  # a torn entry, or not a regular file (-1)
@@ -406,7 +406,7 @@ def _clean_segment_end(dir_fd: int, directory: str, prefix: str, present: set[st
         return -1
     if last:
         (first_time, _), (last_time, last_relative) = _TIME_ENTRY.unpack(head), _TIME_ENTRY.unpack(last)
-        if not (first_time <= last_time and 0 <= last_relative and int(prefix) + last_relative < tail.next_offset):
+        if not (first_time <= last_time and 0 <= last_relative and base + last_relative < tail.next_offset):
             return -1  # also a preallocated index's zero slots: only the full load finds its real end
     return tail.next_offset
 

@@ -159,7 +159,10 @@ class _Batches(NamedTuple):
     base_offset: npt.NDArray[np.int64]
     last_offset: npt.NDArray[np.int64]
     max_timestamp: npt.NDArray[np.int64]
-    end: int  # where the last of them ends: an active segment's index may already point past it
+    end: int  # where the last of them ends
+    # The active segment's size once its index was read (else ``end``): a writer appends a batch before
+    # its index entry, so entries between ``end`` and this point at batches appended after the read.
+    appended_to: int
 
     def __len__(self) -> int:
         return len(self.position)
@@ -217,12 +220,12 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
     if torn:
         report.problems.append(f"{where}{torn} bytes of an incomplete batch at byte {end} (a torn write; "
                                "`kafkalog recover` truncates it)")
-    arrays = [np.concatenate(c) for c in zip(*columns, strict=True)] if columns else [np.empty(0, np.int64)] * 4
-    whole = _Batches(arrays[0], arrays[1], arrays[2], arrays[3], end)
     # The files as they are on disk: a read-only open puts an unusable index aside in memory, but the
-    # file itself is what a broker (or the next writing command) would meet.
+    # file itself is what a broker (or the next writing command) would meet. Its indexes are read here.
     on_disk = LogSegment(segment.directory, segment.base_offset, segment.settings, suffix=segment.suffix)
-    _verify_offset_index(on_disk, whole, is_active, report)
+    arrays = [np.concatenate(c) for c in zip(*columns, strict=True)] if columns else [np.empty(0, np.int64)] * 4
+    whole = _Batches(arrays[0], arrays[1], arrays[2], arrays[3], end, max(on_disk.size, end) if is_active else end)
+    _verify_offset_index(on_disk, whole, report)
     _verify_time_index(on_disk, whole, is_active, report)
     try:
         on_disk.txn_index.sanity_check()
@@ -244,22 +247,15 @@ def _index_present_and_sane(index: OffsetIndex | TimeIndex, report: PartitionRep
     return bool(len(index))
 
 
-def _appended_size(segment: LogSegment, batches: _Batches, is_active: bool) -> int:
-    """The active segment's size now, once its index is read: past ``batches.end`` a writer appended
-    (readers take no lock; it writes a batch before the index entry for it). Else ``batches.end``."""
-    return max(segment.size, batches.end) if is_active else batches.end
-
-
-def _verify_offset_index(segment: LogSegment, batches: _Batches, is_active: bool, report: PartitionReport) -> None:
+def _verify_offset_index(segment: LogSegment, batches: _Batches, report: PartitionReport) -> None:
     index = segment.offset_index
     if not _index_present_and_sane(index, report):
         return
     positions = batches.position
     lasts = batches.last_offset
-    size = _appended_size(segment, batches, is_active)
     for slot in range(len(index)):
         offset, position = index.entry(slot)
-        if batches.end <= position < size:
+        if batches.end <= position < batches.appended_to:
             return  # a batch a writer appended after it was read
         j = int(np.searchsorted(positions, position))
         if j >= len(positions) or int(positions[j]) != position:
@@ -283,7 +279,7 @@ def _verify_time_index(segment: LogSegment, batches: _Batches, is_active: bool,
         report.problems.append(f"{index.path}: timestamps are not strictly increasing")
         return
     running_max = np.maximum.accumulate(batches.max_timestamp) if len(batches) else batches.max_timestamp
-    appended = _appended_size(segment, batches, is_active) > batches.end
+    appended = batches.appended_to > batches.end
     for slot in range(len(index)):
         timestamp, offset = index.entry(slot)
         if appended and (not len(batches) or offset > int(batches.last_offset[-1])):

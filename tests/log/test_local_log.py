@@ -543,6 +543,35 @@ def test_deleted_files_invisible_and_left_for_the_retention_sweep(tmp_path: Path
     assert (d / "00000000000000000000.log").read_bytes().startswith(b"".join(raws))
 
 
+def test_a_delete_killed_between_a_segment_and_its_snapshot_leaves_no_stray_snapshot(tmp_path: Path) -> None:
+    # A mark killed after renaming segment 1's files but before its snapshot: the next writable open
+    # drops that snapshot as Kafka's loader does, and keeps those at segment bases and one at the log end.
+    d = partition_dir(tmp_path)
+    cfg = config()
+    log = LocalLog.open(d, cfg)
+    for i in range(4):
+        if i:
+            log.roll(now_ms=NOW)
+        log.append_records(one(b"v%d" % i), now_ms=NOW)
+    assert bases(log) == [0, 1, 2, 3] and log.log_end_offset == 4
+    log.close()
+    for segment in log.segments[:2]:
+        for path in filter(Path.exists, segment.files()):
+            path.rename(path.with_name(path.name + ".deleted"))
+    for stray in (0, 4):  # one below the log start, one taken at the log end
+        (d / f"{stray:020d}.snapshot").write_bytes(names.snapshot_file(d, 1).read_bytes())
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [0, 1, 2, 3, 4]
+    ro = LocalLog.open(d, cfg, read_only=True)
+    assert bases(ro) == [2, 3] and len(list(d.glob("*.snapshot"))) == 5  # a reader changes nothing
+    log = LocalLog.open(d, cfg, log_start_offset=2)
+    assert bases(log) == [2, 3]
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [2, 3, 4]
+    assert [n for n in log.load_report.notes if "stray" in n] == [
+        "stray producer snapshot 00000000000000000000.snapshot removed",
+        "stray producer snapshot 00000000000000000001.snapshot removed"]
+    assert (d / "00000000000000000001.log.deleted").exists()  # the sweep's to delete, not the loader's
+
+
 # ---------------------------------------------------------------------------------------------------
 # Interrupted swaps (spec §11.2, §11.3)
 

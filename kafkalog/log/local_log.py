@@ -284,7 +284,7 @@ class LocalLog:
         for segment in self._segments:
             if segment.read_next_offset() <= start:
                 continue
-            for data, batches in segment.scan_chunks():  # the active segment can be large: in chunks
+            for data, batches, _ in segment.scan_chunks():  # the active segment can be large: in chunks
                 for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)):
                     state.update(summarize_batch(data, batches, int(i)))
         return state
@@ -521,19 +521,18 @@ class LocalLog:
             if i + 1 < len(self._segments) and self._segments[i + 1].base_offset <= start:
                 continue
             _, position = segment.offset_index.lookup(start)
-            for view, batches in segment.scan_chunks(position):
-                chunk_at, position = position, position + batches.valid_end
-                wanted = np.flatnonzero(batches.last_offset >= start)
+            for chunk in segment.scan_chunks(position):
+                wanted = np.flatnonzero(chunk.batches.last_offset >= start)
                 if not len(wanted):
                     continue
-                skip = int(batches.position[wanted[0]])
-                data = bytes(view[skip:batches.valid_end])  # the chunk buffer is reused for the next read
+                skip = int(chunk.batches.position[wanted[0]])
+                data = bytes(chunk.data[skip:chunk.batches.valid_end])  # the chunk buffer is read into again
                 batches = scan_batches(data)
-                chunk_at += skip
-                corrupt = find_corrupt_batch(data, batches, where=f"{segment.log_path} (from byte {chunk_at}): ")
+                at = chunk.position + skip
+                corrupt = find_corrupt_batch(data, batches, where=segment.where(at))
                 if corrupt is not None:
                     raise CorruptRecordError(corrupt)
-                backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", chunk_at)
+                backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", at)
                 if backwards is not None:
                     raise CorruptRecordError(f"{backwards}; `kafkalog recover --full` truncates the log there")
                 if len(batches):

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -43,6 +43,15 @@ class BatchPosition:
     last_offset: int
     position: int
     size: int
+
+
+class Chunk(NamedTuple):
+    """Complete entries of a segment as ``LogSegment.scan_chunks`` serves them: their bytes (valid until
+    the next chunk is read), their header columns, and where ``data`` starts in the ``.log``."""
+
+    data: memoryview
+    batches: BatchColumns
+    position: int
 
 
 class LogSegment:
@@ -92,9 +101,13 @@ class LogSegment:
             f.seek(start)
             return f.read() if end is None else f.read(max(0, end - start))
 
-    def scan_chunks(self, start: int = 0, chunk_bytes: int = 8 << 20) -> Iterator[tuple[memoryview, BatchColumns]]:
+    def where(self, position: int = 0) -> str:
+        """The prefix of a message about this segment's bytes from ``position`` on."""
+        return f"{self.log_path} (from byte {position}): " if position else f"{self.log_path}: "
+
+    def scan_chunks(self, start: int = 0, chunk_bytes: int = 8 << 20) -> Iterator[Chunk]:
         """``scan`` a chunk of complete entries at a time, every chunk read into the same buffer:
-        memory stays bounded by the chunk (or the largest entry), not the segment. Each chunk's view
+        memory stays bounded by the chunk (or the largest entry), not the segment. Each chunk's data
         is valid until the next one is read. An incomplete entry at the end just ends the scan."""
         buffer = bytearray(chunk_bytes)
         with open(self.log_path, "rb") as f:
@@ -103,8 +116,7 @@ class LogSegment:
                 f.seek(position)
                 read = f.readinto(buffer)
                 view = memoryview(buffer)[:read]
-                where = f"{self.log_path} (from byte {position}): " if position else f"{self.log_path}: "
-                batches = scan_batches(view, where=where)
+                batches = scan_batches(view, where=self.where(position))
                 if not len(batches):
                     if read < len(buffer):
                         return  # the end of the file, or a torn last entry
@@ -116,7 +128,7 @@ class LogSegment:
                         return
                     buffer = bytearray(needed)
                     continue
-                yield view, batches
+                yield Chunk(view, batches, position)
                 position += batches.valid_end
 
     def scan(self, start: int = 0) -> tuple[bytes, BatchColumns]:

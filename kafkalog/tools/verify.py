@@ -172,13 +172,13 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
     """Check a segment a chunk at a time: memory stays bounded by a chunk and its record columns, and
     the same buffers serve every chunk (fresh memory costs a page fault per page, which for a large
     segment costs more than checking it)."""
-    where = f"{segment.log_path}: "
+    where = segment.where()
     workspace = ColumnWorkspace()
     columns: list[tuple[npt.NDArray[np.int64], ...]] = []
     end = 0
-    for view, batches in segment.scan_chunks(chunk_bytes=CHUNK_BYTES):
-        chunk_at, end = end, end + batches.valid_end
-        at = where if not chunk_at else f"{segment.log_path} (from byte {chunk_at}): "
+    for view, batches, chunk_at in segment.scan_chunks(chunk_bytes=CHUNK_BYTES):
+        end = chunk_at + batches.valid_end
+        at = segment.where(chunk_at)
         report.batches += len(batches)
         corrupt = find_corrupt_batch(view, batches, at)
         if corrupt is not None:

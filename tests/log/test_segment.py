@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -566,9 +567,11 @@ def test_scan_chunks_sees_what_scan_sees(tmp_path: Path, chunk_bytes: int) -> No
     with open(seg.log_path, "ab") as f:
         f.write(records(60, "torn")[:30])  # a write cut short
     _, whole = seg.scan()
-    chunks = list(seg.scan_chunks(chunk_bytes=chunk_bytes))
+    chunks = [(c.position, c.batches) for c in seg.scan_chunks(chunk_bytes=chunk_bytes)]
     assert [int(o) for _, b in chunks for o in b.last_offset] == [int(o) for o in whole.last_offset] == \
         list(range(2, 60, 3))
-    data, first = next(iter(seg.scan_chunks(chunk_bytes=chunk_bytes)))
+    # each chunk says where it starts: where the one before it ended
+    assert [at for at, _ in chunks] == [0] + list(np.cumsum([b.valid_end for _, b in chunks]))[:-1]
+    data, first, _ = next(iter(seg.scan_chunks(chunk_bytes=chunk_bytes)))
     start, size = int(first.position[0]), int(first.size[0])
     assert bytes(data[start:start + size]) == seg.read_bytes(0, int(whole.size[0]))

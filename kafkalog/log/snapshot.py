@@ -340,7 +340,8 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
     (then only the full load can tell what to do).
 
     Clean means: only segment files, producer snapshots and the partition's own files (no ``.swap`` or
-    ``.cleaned`` leftovers, no index without its log); every segment with its offset index and, if it
+    ``.cleaned`` leftovers, no index without its log, no snapshot the loader would remove as stray);
+    every segment with its offset index and, if it
     holds data, its time index, each a whole number of entries whose first and last entries lie inside
     the segment's offsets and data, in order; every segment's batches after its last offset-index entry
     ending exactly at its end (the bytes the full load's index check reads); a readable
@@ -368,6 +369,10 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
         if not logs:
             return None
         logs.sort()
+        bases = set(logs)
+        strays = sorted(n[:20] for n in present if n.endswith(names.SNAPSHOT_SUFFIX) and n[:20] not in bases)
+        if strays[:-1] or (strays and strays[-1] < logs[-1]):
+            return None  # a producer snapshot the loader removes: left by a delete cut short
         log_end = -1
         for prefix in logs:
             try:

@@ -62,7 +62,7 @@ def test_a_writer_that_died_before_its_checkpoint_is_recovered(tmp_path: Path) -
                                     "torn index entry", "last index entry past the data",
                                     "time index decreasing", "offset index preallocated",
                                     "time index a symlink", "index entries on an empty log",
-                                    "sealed segment overwritten after its index"])
+                                    "sealed segment overwritten after its index", "stray producer snapshot"])
 def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) -> None:
     store, partition = _store(tmp_path)
     logs = _segments(partition)
@@ -99,6 +99,8 @@ def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) ->
         last.with_suffix(names.TIME_INDEX_SUFFIX).write_bytes(b"")
         last.with_suffix(names.INDEX_SUFFIX).write_bytes((1).to_bytes(4, "big") + (0).to_bytes(4, "big"))
         (partition.parent / names.CLEAN_SHUTDOWN_FILE).touch()
+    elif damage == "stray producer snapshot":  # a delete cut short between a segment and its snapshot
+        (partition / f"{int(logs[1].name[:20]) + 1:020d}{names.SNAPSHOT_SUFFIX}").write_bytes(b"")
     else:  # a batch length in the first segment's tail grown: its batches no longer frame to its end
         data = bytearray(first.read_bytes())
         at = 0
@@ -109,6 +111,22 @@ def test_anything_doubtful_goes_to_the_full_load(tmp_path: Path, damage: str) ->
         data[at + 8:at + 12] = (length + 5).to_bytes(4, "big")
         first.write_bytes(bytes(data))
     assert LogStore([partition.parent]).clean_log_end(store.locate("t", 0)) is None
+
+
+def test_recover_removes_a_stray_producer_snapshot_and_keeps_the_one_at_the_log_end(tmp_path: Path) -> None:
+    store, partition = _store(tmp_path)
+    logs = _segments(partition)
+    at_log_end = partition / f"{40:020d}{names.SNAPSHOT_SUFFIX}"
+    at_log_end.write_bytes(names.snapshot_file(partition, int(logs[1].name[:20])).read_bytes())
+    assert store.clean_log_end(store.locate("t", 0)) == 40  # the newest, past the last base: kept by Kafka too
+    stray = partition / f"{int(logs[1].name[:20]) + 1:020d}{names.SNAPSHOT_SUFFIX}"
+    stray.write_bytes(at_log_end.read_bytes())
+    assert LogStore([partition.parent]).clean_log_end(store.locate("t", 0)) is None
+    result = run_cli("recover", "--json", "--log-dir", str(partition.parent))
+    assert result.code == 0, result.err
+    assert f"stray producer snapshot {stray.name} removed" in result.out
+    assert not stray.exists() and at_log_end.exists()
+    assert LogStore([partition.parent]).clean_log_end(store.locate("t", 0)) == 40
 
 
 def test_full_recovery_checks_the_index_entries_the_quick_check_does_not_read(tmp_path: Path) -> None:

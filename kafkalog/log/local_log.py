@@ -168,7 +168,7 @@ class LocalLog:
             log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt)
             if not log._segments:
                 log._segments.append(log._new_segment(log_start_offset))
-            log._remove_stray_snapshots(notes)
+            log._remove_stray_snapshots(view, notes)
             log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
             log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
             checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
@@ -211,19 +211,17 @@ class LocalLog:
             self._producer_state = None
         self.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
 
-    def _remove_stray_snapshots(self, notes: list[str]) -> None:
-        """Kafka's loader (``ProducerStateManager.removeStraySnapshots``) keeps a producer snapshot
-        only at a segment's base offset, or the newest one if it lies past the last segment's base
-        (one taken at the log end). Any other is a leftover — of a delete interrupted between renaming
-        a segment away and renaming its snapshot — that no later delete would ever reach."""
-        bases = {segment.base_offset for segment in self._segments}
-        strays = sorted((offset, path) for path in self.directory.glob("*" + names.SNAPSHOT_SUFFIX)
-                        if (offset := names.offset_from_file_name(path.name)) not in bases)
-        if strays and strays[-1][0] > max(bases):
-            strays.pop()
-        for _, path in strays:
-            path.unlink(missing_ok=True)
-            notes.append(f"stray producer snapshot {path.name} removed")
+    def _remove_stray_snapshots(self, view: dict[str, Path], notes: list[str]) -> None:
+        """Remove the producer snapshots Kafka's loader would (``names.stray_snapshot_offsets``), from
+        the directory as the open listed it (recovery may have removed some since)."""
+        snapshots = {names.offset_from_file_name(name): path for name, path in view.items()
+                     if name.endswith(names.SNAPSHOT_SUFFIX)}
+        for offset in names.stray_snapshot_offsets(snapshots, {s.base_offset for s in self._segments}):
+            try:
+                snapshots[offset].unlink()
+            except FileNotFoundError:
+                continue
+            notes.append(f"stray producer snapshot {snapshots[offset].name} removed")
 
     # --- state ---------------------------------------------------------------------------------
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +88,17 @@ def txn_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
 
 def snapshot_file(directory: Path, offset: int, suffix: str = "") -> Path:
     return directory / f"{offset_prefix(offset)}{SNAPSHOT_SUFFIX}{suffix}"
+
+
+def stray_snapshot_offsets(snapshot_offsets: Iterable[int], segment_bases: Collection[int]) -> list[int]:
+    """The producer snapshots Kafka's loader removes (``ProducerStateManager.removeStraySnapshots``):
+    every one at no segment's base offset, but for the newest if it lies past the last segment's base
+    (one taken at the log end). A delete cut short between renaming a segment away and renaming its
+    snapshot leaves such a stray, which no later delete reaches."""
+    strays = sorted(offset for offset in snapshot_offsets if offset not in segment_bases)
+    if strays and strays[-1] > max(segment_bases, default=-1):
+        strays.pop()
+    return strays
 
 
 def offset_from_file_name(name: str) -> int:

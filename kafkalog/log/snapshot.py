@@ -369,10 +369,9 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
         if not logs:
             return None
         logs.sort()
-        bases = set(logs)
-        strays = sorted(n[:20] for n in present if n.endswith(names.SNAPSHOT_SUFFIX) and n[:20] not in bases)
-        if strays[:-1] or (strays and strays[-1] < logs[-1]):
-            return None  # a producer snapshot the loader removes: left by a delete cut short
+        snapshots = (int(name[:20]) for name in present if name.endswith(names.SNAPSHOT_SUFFIX))
+        if names.stray_snapshot_offsets(snapshots, {int(prefix) for prefix in logs}):
+            return None  # a producer snapshot the loader removes
         log_end = -1
         for prefix in logs:
             try:

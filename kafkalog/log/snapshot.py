@@ -54,6 +54,10 @@ class SegmentSnapshot(NamedTuple):  # a tuple: retention builds one per segment 
 
 @dataclass(frozen=True, slots=True)
 class LogSnapshot:
+    """A partition as its files say now. A retention snapshot (``snapshot_log(now_ms=...)``) whose walk
+    stopped before the last segment leaves ``log_end_offset`` ``NOT_READ``, and ``high_watermark`` too
+    unless a checkpoint holds it at or below the last segment's base offset: ask ``high_watermark_reaches``."""
+
     topic: str
     partition: int
     log_dir: Path
@@ -71,6 +75,15 @@ class LogSnapshot:
     @property
     def directory(self) -> Path:
         return self.log_dir / f"{self.topic}-{self.partition}"
+
+    def high_watermark_reaches(self, offset: int) -> bool:
+        """Whether every offset below ``offset`` lies below the high watermark (``highWatermark >= offset``),
+        the condition for deleting a segment that ends at ``offset``."""
+        if self.high_watermark != NOT_READ:
+            return self.high_watermark >= offset
+        if offset > self.segments[-1].base_offset:
+            raise KafkaLogError(f"{self.topic}-{self.partition}: the log end offset was not read by this snapshot")
+        return True  # unread only where it lies at or past the last segment's base offset
 
     @property
     def size_bytes(self) -> int:
@@ -139,10 +152,8 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
                            start, start, start, pending_delete)
     prefixes.sort()  # same width, so text order is offset order
     bases = [int(p) for p in prefixes]
-    log_start_offset = max(checkpoints.log_start_offsets.get(key, 0), bases[0])
-    last_tail = _frame_log_tail(dir_fd, directory, prefixes[-1], bases[-1])
-    log_end_offset = _log_end_offset(last_tail, directory, bases[-1])
-    checkpoint.check_log_start_offset(directory, checkpoints.log_start_offsets.get(key, 0), log_end_offset)
+    checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
+    log_start_offset = max(checkpointed_start, bases[0])
     full = now_ms is None
     time_cutoff = None
     if not full and config.delete and config.retention_ms >= 0:
@@ -167,15 +178,28 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
             walking = all_times or bases[i + 1] <= log_start_offset or expired
         segments.append(SegmentSnapshot(bases[i], bases[i + 1], size, max_ts, mtime))
         i += 1
-    # Past the walk nothing is read, but for the last segment (stat-ed above).
+    # Past the walk nothing is read, but for the last segment when the walk reached it.
     segments += [SegmentSnapshot(base, following, NOT_READ, NOT_READ, NOT_READ)
                  for base, following in zip(bases[i:last], bases[i + 1:], strict=True)]
+    hw_checkpoint = checkpoints.high_watermarks.get(key)
+    if i < last and checkpointed_start <= bases[last]:
+        # The planner stops before the last segment, so the log end offset is never compared: every
+        # other segment ends at or below the last base, and so below the end. The high watermark is
+        # known without it only where the checkpoint holds it at or below the last base.
+        segments.append(SegmentSnapshot(bases[last], NOT_READ, NOT_READ, NOT_READ, NOT_READ))
+        high_watermark = max(log_start_offset, hw_checkpoint) if hw_checkpoint is not None \
+            and hw_checkpoint <= bases[last] else NOT_READ
+        return LogSnapshot(topic, partition, log_dir, config, tuple(segments), log_start_offset, NOT_READ,
+                           high_watermark, pending_delete)
+    last_tail = _frame_log_tail(dir_fd, directory, prefixes[last], bases[last])
+    log_end_offset = _log_end_offset(last_tail, directory, bases[last])
+    checkpoint.check_log_start_offset(directory, checkpointed_start, log_end_offset)
     size, mtime = last_tail.log_size, last_tail.log_mtime_ms
     max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last], size) if walking else NOT_READ
     segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
-    high_watermark = max(log_start_offset,
-                         min(log_end_offset, checkpoints.high_watermarks.get(key, log_end_offset)))
+    capped = log_end_offset if hw_checkpoint is None else min(log_end_offset, hw_checkpoint)
+    high_watermark = max(log_start_offset, capped)
     return LogSnapshot(topic, partition, log_dir, config, tuple(segments), log_start_offset, log_end_offset,
                        high_watermark, pending_delete)
 

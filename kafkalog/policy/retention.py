@@ -112,7 +112,7 @@ def _deletable(log: LogSnapshot, segments: list[SegmentSnapshot], log_start_offs
         following = segments[i + 1] if i + 1 < len(segments) else None
         upper = following.base_offset if following else log.log_end_offset
         base = segment.base_offset
-        if log.high_watermark < upper:
+        if not log.high_watermark_reaches(upper):
             return found, Blocker("high-watermark", f"segment {base} ends at offset {upper}, past the high "
                                                     f"watermark {log.high_watermark}", base)
         if kind == LOG_START_OFFSET:

@@ -1,0 +1,100 @@
+"""A retention snapshot (``snapshot_log(now_ms=...)``) reads only what retention at that time can look
+at; the plan over it must be the plan over a full snapshot of the same files, whatever the config,
+the checkpoints and the clock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkalog.errors import KafkaLogError
+from kafkalog.log import checkpoint, names
+from kafkalog.log.config import BrokerConfig, LogConfig
+from kafkalog.log.local_log import LocalLog
+from kafkalog.log.snapshot import NOT_READ, LogDirCheckpoints, snapshot_log
+from kafkalog.policy.retention import plan_retention
+
+T0 = 1_700_000_000_000
+HOUR_MS = 3_600_000
+
+
+def build(log_dir: Path, segment_hours: list[int], empty_active: bool) -> None:
+    """Partition ``t-0`` with one segment of three records per entry, stamped T0 + that many hours."""
+    config = LogConfig.resolve(BrokerConfig.from_properties({}), {})
+    (log_dir / "t-0").mkdir()
+    log = LocalLog.open(log_dir / "t-0", config)
+    for i, hours in enumerate(segment_hours):
+        log.append_records([(b"k", b"v%d" % i, (), T0 + hours * HOUR_MS + j) for j in range(3)], now_ms=T0)
+        if i < len(segment_hours) - 1 or empty_active:
+            log.roll()
+    log.close()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segment_hours=st.lists(st.integers(0, 12), min_size=1, max_size=6), empty_active=st.booleans(),
+       retention_hours=st.sampled_from([-1, 0, 1, 3, 6, 100]), retention_bytes=st.sampled_from([-1, 0, 100, 400]),
+       policy=st.sampled_from(["delete", "compact", "compact,delete"]),
+       log_start=st.none() | st.integers(0, 24), high_watermark=st.none() | st.integers(0, 24),
+       now_hours=st.integers(0, 30))
+def test_a_retention_snapshot_plans_what_a_full_snapshot_plans(
+        segment_hours: list[int], empty_active: bool, retention_hours: int, retention_bytes: int, policy: str,
+        log_start: int | None, high_watermark: int | None, now_hours: int) -> None:
+    log_dir = Path(tempfile.mkdtemp())
+    try:
+        build(log_dir, segment_hours, empty_active)
+        if log_start is not None:
+            checkpoint.write_offset_checkpoint(log_dir / names.LOG_START_OFFSET_CHECKPOINT, {("t", 0): log_start})
+        if high_watermark is not None:
+            checkpoint.write_offset_checkpoint(log_dir / names.REPLICATION_OFFSET_CHECKPOINT,
+                                               {("t", 0): high_watermark})
+        config = LogConfig.resolve(BrokerConfig.from_properties({}), {
+            "retention.ms": str(retention_hours * HOUR_MS if retention_hours >= 0 else -1),
+            "retention.bytes": str(retention_bytes), "cleanup.policy": policy})
+        now_ms = T0 + now_hours * HOUR_MS
+        checkpoints = LogDirCheckpoints.read(log_dir)
+        log_end = 3 * len(segment_hours)
+        if log_start is not None and log_start > log_end:
+            for now in (None, now_ms):  # refused by both, whatever retention would read
+                with pytest.raises(KafkaLogError, match="log start offset checkpoint"):
+                    snapshot_log(log_dir, "t", 0, config, checkpoints, now_ms=now)
+            return
+        full = snapshot_log(log_dir, "t", 0, config, checkpoints)
+        lean = snapshot_log(log_dir, "t", 0, config, checkpoints, now_ms=now_ms)
+        assert full.log_end_offset == log_end
+        assert plan_retention(lean, now_ms) == plan_retention(full, now_ms)
+        assert [s.base_offset for s in lean.segments] == [s.base_offset for s in full.segments]
+        assert lean.log_start_offset == full.log_start_offset
+        if lean.log_end_offset == NOT_READ:  # the walk stopped before the last segment: nothing of it read
+            last = lean.segments[-1]
+            assert (last.size_bytes, last.max_timestamp_ms, last.mtime_ms) == (NOT_READ,) * 3
+            assert lean.high_watermark in (NOT_READ, full.high_watermark)
+        else:
+            assert (lean.log_end_offset, lean.high_watermark) == (full.log_end_offset, full.high_watermark)
+    finally:
+        shutil.rmtree(log_dir)
+
+
+def test_a_retention_snapshot_reads_no_log_end_while_the_oldest_segment_is_unexpired(tmp_path: Path) -> None:
+    build(tmp_path, [0, 1, 2, 3], empty_active=True)
+    # The log end is framed from the active segment; a FIFO there fails every snapshot that opens it.
+    active = tmp_path / "t-0" / names.log_file(Path(), 12).name
+    active.unlink()
+    os.mkfifo(active)
+    config = LogConfig.resolve(BrokerConfig.from_properties({}), {"retention.ms": str(2 * HOUR_MS)})
+    lean = snapshot_log(tmp_path, "t", 0, config, now_ms=T0 + 2 * HOUR_MS)
+    assert lean.log_end_offset == NOT_READ
+    assert lean.high_watermark == NOT_READ
+    assert lean.high_watermark_reaches(12)  # the last segment's base: every other segment ends at or below it
+    with pytest.raises(KafkaLogError, match="log end offset was not read"):
+        lean.high_watermark_reaches(13)
+    plan = plan_retention(lean, T0 + 2 * HOUR_MS)
+    assert plan.segments == ()
+    assert [b.kind for b in plan.blocked_by] == ["unlimited", "retention.ms"]
+    with pytest.raises(KafkaLogError, match="not a regular file"):
+        snapshot_log(tmp_path, "t", 0, config)

@@ -113,16 +113,17 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
 
     Without ``now_ms`` every segment is stat-ed and its time index's last entry read. With it, the
     snapshot reads only what retention at ``now_ms`` can look at (retention scans every partition
-    every cycle, so this is its hot path): sizes of every segment only when ``retention.bytes`` is
-    set, and otherwise of the segments below the log start offset, the oldest segments up to and
-    including the first that has not expired (with their time-index tails), and the last segment.
+    every cycle, so this is its hot path): the time-index tails of the oldest segments up to and
+    including the first that has not expired; sizes and mtimes of every segment when
+    ``retention.bytes`` is set, and otherwise only of the segments that may go (or that only their
+    mtime can judge); and the last segment, with the log end offset, only when the walk reaches it.
     Fields it did not read hold ``NOT_READ``; the retention planner never looks at them.
 
     The high watermark is the log end offset (kafkalog's durable end), capped by a Kafka broker's
     ``replication-offset-checkpoint`` where one exists, and never below the log start offset.
     """
     checkpoints = checkpoints if checkpoints is not None else LogDirCheckpoints.read(log_dir)
-    directory = os.path.join(log_dir, f"{topic}-{partition}")
+    directory = f"{log_dir}/{topic}-{partition}"
     # Every file is reached through the directory's descriptor: the kernel resolves one name per
     # call instead of the whole path, and that path walk is most of what a stat or an open of a
     # small file costs.
@@ -135,14 +136,11 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
 
 def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition: int, config: LogConfig,
               checkpoints: LogDirCheckpoints, now_ms: int | None) -> LogSnapshot:
-    listing = os.listdir(dir_fd)
+    listing = _regular_file_names(dir_fd, directory)
     # The 20-digit base offset of each .log file, and the segment files marked for deletion.
-    prefixes = [name[:20] for name in listing if name.endswith(names.LOG_SUFFIX) and len(name) == 24
-                and name[:20].isdigit()]
-    deleted = [name for name in listing if name.endswith(names.DELETED_SUFFIX)
-               and names.parse_segment_file_name(name) is not None]
+    prefixes = [name[:20] for name in listing if name[20:] == names.LOG_SUFFIX and name[:20].isdigit()]
     key = (topic, partition)
-    pending_delete = sum(max(_regular_size(dir_fd, n), 0) for n in deleted)
+    pending_delete = _pending_delete_bytes(dir_fd, listing)
     if not prefixes:
         # Kafka's loader deletes index files without a .log and, finding no segment, creates an empty
         # active one at the checkpointed log start offset: the log is empty there.
@@ -151,7 +149,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
         return LogSnapshot(topic, partition, log_dir, config, (SegmentSnapshot(start, start, 0, -1, mtime),),
                            start, start, start, pending_delete)
     prefixes.sort()  # same width, so text order is offset order
-    bases = [int(p) for p in prefixes]
+    bases = list(map(int, prefixes))
     checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
     log_start_offset = max(checkpointed_start, bases[0])
     full = now_ms is None
@@ -170,17 +168,20 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     last = len(bases) - 1
     i = 0
     while i < last and (all_sizes or walking or bases[i + 1] <= log_start_offset):
-        stat = _regular_stat(dir_fd, directory, prefixes[i] + names.LOG_SUFFIX)
-        size, mtime, max_ts = stat.st_size, stat.st_mtime_ns // 1_000_000, NOT_READ
-        if walking:
-            max_ts = _largest_timestamp(dir_fd, directory, prefixes[i], bases[i], size)
-            expired = (max_ts if max_ts >= 0 else mtime) < time_cutoff if time_cutoff is not None else False
-            walking = all_times or bases[i + 1] <= log_start_offset or expired
+        prefix, below_start = prefixes[i], bases[i + 1] <= log_start_offset
+        max_ts = _largest_timestamp(dir_fd, directory, prefix, bases[i], prefix + names.INDEX_SUFFIX in listing) \
+            if walking else NOT_READ
+        expired = time_cutoff is not None and 0 <= max_ts < time_cutoff
+        size = mtime = NOT_READ
+        if all_sizes or below_start or expired or (walking and max_ts < 0):  # it may go, or mtime judges it
+            stat = _regular_stat(dir_fd, directory, prefix + names.LOG_SUFFIX)
+            size, mtime = stat.st_size, stat.st_mtime_ns // 1_000_000
+            expired = expired or (time_cutoff is not None and walking and max_ts < 0 and mtime < time_cutoff)
+        walking = walking and (all_times or below_start or expired)
         segments.append(SegmentSnapshot(bases[i], bases[i + 1], size, max_ts, mtime))
         i += 1
     # Past the walk nothing is read, but for the last segment when the walk reached it.
-    segments += [SegmentSnapshot(base, following, NOT_READ, NOT_READ, NOT_READ)
-                 for base, following in zip(bases[i:last], bases[i + 1:], strict=True)]
+    segments += map(_unread_segment, bases[i:last], bases[i + 1:])
     hw_checkpoint = checkpoints.high_watermarks.get(key)
     if i < last and checkpointed_start <= bases[last]:
         # The planner stops before the last segment, so the log end offset is never compared: every
@@ -195,7 +196,8 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     log_end_offset = _log_end_offset(last_tail, directory, bases[last])
     checkpoint.check_log_start_offset(directory, checkpointed_start, log_end_offset)
     size, mtime = last_tail.log_size, last_tail.log_mtime_ms
-    max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last], size) if walking else NOT_READ
+    max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last],
+                                prefixes[last] + names.INDEX_SUFFIX in listing, size) if walking else NOT_READ
     segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
     capped = log_end_offset if hw_checkpoint is None else min(log_end_offset, hw_checkpoint)
@@ -204,12 +206,44 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
                        high_watermark, pending_delete)
 
 
+def _unread_segment(base_offset: int, next_offset: int) -> SegmentSnapshot:
+    # tuple.__new__ skips the generated __new__: retention makes one per unread segment of every partition
+    return tuple.__new__(SegmentSnapshot, (base_offset, next_offset, *_UNREAD_FIELDS))  # type: ignore[type-var]
+
+
+_UNREAD_FIELDS = (NOT_READ,) * (len(SegmentSnapshot._fields) - 2)
+
+
+def _regular_file_names(dir_fd: int, directory: str) -> list[str]:
+    """The regular files of the partition directory, told by the listing's file types (no stat per
+    file). A symlink, FIFO, device or directory named like a segment file is refused: a segment the
+    snapshot does not read is still checked."""
+    with os.scandir(dir_fd) as listing:
+        entries = list(listing)
+    regular = [entry.name for entry in entries if entry.is_file(follow_symlinks=False)]
+    if len(regular) < len(entries):
+        for entry in entries:
+            if not entry.is_file(follow_symlinks=False) and names.parse_segment_file_name(entry.name) is not None:
+                raise UnknownFileError(f"{directory}/{entry.name}: not a regular file (a symlink, FIFO, device or "
+                                       "directory); kafkalog reads and writes only regular files in a partition "
+                                       "directory")
+    return regular
+
+
 def _regular_stat(dir_fd: int, directory: str, name: str) -> os.stat_result:
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat_module.S_ISREG(info.st_mode):
         raise UnknownFileError(f"{directory}/{name}: not a regular file (a symlink, FIFO or device); kafkalog "
                                "reads and writes only regular files in a partition directory")
     return info
+
+
+def _pending_delete_bytes(dir_fd: int, listing: list[str]) -> int:
+    """The bytes of the segment files marked for deletion (``.deleted``), still on disk until swept."""
+    if names.DELETED_SUFFIX not in "/".join(listing):  # the usual partition: one search instead of a loop
+        return 0
+    return sum(max(_regular_size(dir_fd, name), 0) for name in listing if name.endswith(names.DELETED_SUFFIX)
+               and names.parse_segment_file_name(name) is not None)
 
 
 def _regular_size(dir_fd: int, name: str) -> int:
@@ -256,18 +290,16 @@ def _read_ends(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple
         os.close(fd)
 
 
-def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: int, log_size: int) -> int:
+def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: int, has_offset_index: bool,
+                       log_size: int | None = None) -> int:
     """The segment's max timestamp as Kafka's loader leaves it (-1 if it has none): the time index's
-    last entry, read alone where possible; but where the offset index is missing or an index is
-    unusable, the loader rebuilds both from the log, so it is the largest batch timestamp there."""
-    head, tail, size = _read_ends(dir_fd, directory, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size)
-    try:
-        index_size = os.stat(prefix + names.INDEX_SUFFIX, dir_fd=dir_fd).st_size
-    except FileNotFoundError:
-        index_size = -1
-    usable = index_size >= 0 and index_size % _INDEX_ENTRY.size == 0 and size % _TIME_ENTRY.size == 0 \
-        and (size > 0 or log_size == 0)
-    if usable and tail:
+    last entry, read alone where possible; but where the offset index is missing or the time index is
+    unusable, the loader rebuilds both from the log, so it is the largest batch timestamp there. Like
+    Kafka's loader below the recovery point, it judges the offset index by its presence alone. The log
+    is stat-ed (when ``log_size`` is not given) only if the time index cannot answer alone."""
+    head, tail, size = _read_ends(dir_fd, directory, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size) \
+        if has_offset_index else (b"", b"", 0)
+    if tail and size % _TIME_ENTRY.size == 0:
         timestamp, relative_offset = _TIME_ENTRY.unpack(tail)
         if relative_offset == 0 and size > _TIME_ENTRY.size:
             # A preallocated file from a running broker ends in zero slots: find the real last entry.
@@ -282,8 +314,8 @@ def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: in
         elif relative_offset >= 0 and timestamp >= _TIME_ENTRY.unpack(head)[0]:
             # Kafka's sanity check refuses a time index whose last timestamp is below its first.
             return int(timestamp)
-    elif usable:
-        return -1
+    if log_size is None:
+        log_size = _regular_stat(dir_fd, directory, prefix + names.LOG_SUFFIX).st_size
     if log_size <= 0:
         return -1
     batches = _segment(directory, base_offset).scan_valid()

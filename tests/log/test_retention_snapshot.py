@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkalog.errors import KafkaLogError
-from kafkalog.log import checkpoint, names
+from kafkalog.errors import KafkaLogError, UnknownFileError
+from kafkalog.log import checkpoint, names, snapshot
 from kafkalog.log.config import BrokerConfig, LogConfig
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.snapshot import NOT_READ, LogDirCheckpoints, snapshot_log
@@ -80,14 +80,15 @@ def test_a_retention_snapshot_plans_what_a_full_snapshot_plans(
         shutil.rmtree(log_dir)
 
 
-def test_a_retention_snapshot_reads_no_log_end_while_the_oldest_segment_is_unexpired(tmp_path: Path) -> None:
+def test_a_retention_snapshot_reads_no_log_end_while_the_oldest_segment_is_unexpired(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build(tmp_path, [0, 1, 2, 3], empty_active=True)
-    # The log end is framed from the active segment; a FIFO there fails every snapshot that opens it.
-    active = tmp_path / "t-0" / names.log_file(Path(), 12).name
-    active.unlink()
-    os.mkfifo(active)
+    framed: list[str] = []
+    frame_log_tail = snapshot._frame_log_tail
+    monkeypatch.setattr(snapshot, "_frame_log_tail", lambda *args: framed.append(args[2]) or frame_log_tail(*args))
     config = LogConfig.resolve(BrokerConfig.from_properties({}), {"retention.ms": str(2 * HOUR_MS)})
     lean = snapshot_log(tmp_path, "t", 0, config, now_ms=T0 + 2 * HOUR_MS)
+    assert framed == []
     assert lean.log_end_offset == NOT_READ
     assert lean.high_watermark == NOT_READ
     assert lean.high_watermark_reaches(12)  # the last segment's base: every other segment ends at or below it
@@ -96,5 +97,21 @@ def test_a_retention_snapshot_reads_no_log_end_while_the_oldest_segment_is_unexp
     plan = plan_retention(lean, T0 + 2 * HOUR_MS)
     assert plan.segments == ()
     assert [b.kind for b in plan.blocked_by] == ["unlimited", "retention.ms"]
-    with pytest.raises(KafkaLogError, match="not a regular file"):
-        snapshot_log(tmp_path, "t", 0, config)
+    assert snapshot_log(tmp_path, "t", 0, config).log_end_offset == 12
+    assert framed == [f"{12:020d}"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_a_segment_name_on_anything_but_a_regular_file_is_refused_even_where_retention_reads_nothing(
+        tmp_path: Path, kind: str) -> None:
+    build(tmp_path, [0, 1, 2, 3], empty_active=True)
+    odd = tmp_path / "t-0" / names.log_file(Path(), 5).name  # between segments no plan reaches
+    if kind == "fifo":
+        os.mkfifo(odd)
+    elif kind == "symlink":
+        odd.symlink_to(tmp_path / "t-0" / names.log_file(Path(), 0).name)
+    else:
+        odd.mkdir()
+    config = LogConfig.resolve(BrokerConfig.from_properties({}), {"retention.ms": str(2 * HOUR_MS)})
+    with pytest.raises(UnknownFileError, match=f"{odd.name}: not a regular file"):
+        snapshot_log(tmp_path, "t", 0, config, now_ms=T0 + 2 * HOUR_MS)

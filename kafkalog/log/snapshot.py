@@ -208,7 +208,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
 
 def _unread_segment(base_offset: int, next_offset: int) -> SegmentSnapshot:
     # tuple.__new__ skips the generated __new__: retention makes one per unread segment of every partition
-    return tuple.__new__(SegmentSnapshot, (base_offset, next_offset, *_UNREAD_FIELDS))  # type: ignore[type-var]
+    return tuple.__new__(SegmentSnapshot, (base_offset, next_offset, *_UNREAD_FIELDS))
 
 
 _UNREAD_FIELDS = (NOT_READ,) * (len(SegmentSnapshot._fields) - 2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -277,6 +278,16 @@ def _recover_all(args: argparse.Namespace, store: LogStore, results: list[dict[s
 
 
 # --- retention, journal, status -----------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
 def _now_ms(args: argparse.Namespace) -> int:
     wall = int(time.time() * 1000)
     if args.now_ms is None:
@@ -314,7 +325,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
     else:
         targets = _retention_targets(args, store)
         _progress(args, f"retention {args.action}: planning {len(targets)} partitions")
-        plan = plans.plan_retention(store, targets, _now_ms(args))
+        plan = plans.plan_retention(store, targets, _now_ms(args), processes=args.processes)
     now_ms = plan["now_ms"]
     doc: dict[str, Any] = {"run_id": run_id, "action": args.action, **plan}
     failures = list(plan["errors"])
@@ -518,6 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--plan", metavar="PLAN.json",
                            help="apply this plan (`retention plan --json` output) instead of planning now; never "
                                 "marks more than it lists")
+        if action != "sweep":
+            p.add_argument("--processes", type=_positive_int, default=len(os.sched_getaffinity(0)), metavar="N",
+                           help=f"plan on up to N processes, each at least {plans.MIN_PARTITIONS_PER_PROCESS} "
+                                "partitions (default: the CPUs this process may use)")
         p.add_argument("--topic")
         p.add_argument("--partition", type=int)
         p.add_argument("--json", action="store_true")

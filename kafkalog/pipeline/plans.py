@@ -85,8 +85,49 @@ def error_entry(topic: str, partition: int, error: str) -> Doc:
 
 
 # --- retention ---------------------------------------------------------------------------------------
-def plan_retention(store: Any, locations: Sequence[Any], now_ms: int) -> Doc:
-    """Kafka's ``deleteOldSegments`` decisions for ``locations`` at ``now_ms``, as a retention plan."""
+def plan_retention(store: Any, locations: Sequence[Any], now_ms: int, *, processes: int = 1) -> Doc:
+    """Kafka's ``deleteOldSegments`` decisions for ``locations`` at ``now_ms``, as a retention plan.
+
+    With ``processes`` > 1 the partitions are split, in order, across this process and forked ones, as
+    Kafka loads a log dir's partitions on ``num.recovery.threads.per.data.dir`` threads: each plan reads
+    only its own partition's files, and the document is the one a single process makes. A caller that
+    has threads must not ask for it (a forked child gets only the calling thread); the pipeline's tasks
+    plan one shard each, so Airflow spreads them instead."""
+    locations = list(locations)
+    shares = min(processes, len(locations) // MIN_PARTITIONS_PER_PROCESS)
+    if shares <= 1:
+        partitions, errors = _plan_retention_share(store, locations, now_ms)
+    else:
+        import multiprocessing  # here: every other command would pay for importing them
+        from concurrent.futures import ProcessPoolExecutor
+
+        size = -(-len(locations) // shares)
+        chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
+        with ProcessPoolExecutor(len(chunks) - 1, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_adopt_store, initargs=(store,)) as pool:
+            children = [pool.submit(_plan_retention_in_child, chunk, now_ms) for chunk in chunks[1:]]
+            done = [_plan_retention_share(store, chunks[0], now_ms)] + [child.result() for child in children]
+        partitions = [doc for share, _ in done for doc in share]
+        errors = [doc for _, share in done for doc in share]
+    return {"version": PLAN_VERSION, "kind": RETENTION_PLAN_KIND, "now_ms": now_ms, "partitions": partitions,
+            "errors": errors}
+
+
+# A fork and carrying the plans back cost about what planning this many partitions does.
+MIN_PARTITIONS_PER_PROCESS = 1000
+_child_store: Any = None
+
+
+def _adopt_store(store: Any) -> None:
+    global _child_store
+    _child_store = store
+
+
+def _plan_retention_in_child(locations: list[Any], now_ms: int) -> tuple[list[Doc], list[Doc]]:
+    return _plan_retention_share(_child_store, locations, now_ms)
+
+
+def _plan_retention_share(store: Any, locations: Sequence[Any], now_ms: int) -> tuple[list[Doc], list[Doc]]:
     from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
     from kafkalog.policy.retention import plan_retention as plan_one
 
@@ -113,8 +154,7 @@ def plan_retention(store: Any, locations: Sequence[Any], now_ms: int) -> Doc:
             "log_start_offset_before": plan.log_start_offset_before,
             "log_start_offset_after": plan.log_start_offset_after,
             "blocked_by": [str(b) for b in plan.blocked_by]})
-    return {"version": PLAN_VERSION, "kind": RETENTION_PLAN_KIND, "now_ms": now_ms, "partitions": partitions,
-            "errors": errors}
+    return partitions, errors
 
 
 def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = False) -> Doc:

@@ -1,0 +1,58 @@
+"""A retention plan made on several processes is the document one process makes: the same partitions
+in the same order, the same errors, nothing lost or doubled across the split."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from kafkalog.log.store import LogStore
+from kafkalog.pipeline import plans
+
+T0 = 1_700_000_000_000
+HOUR_MS = 3_600_000
+
+
+def build_store(log_dir: Path, partitions: int) -> LogStore:
+    """Partition p holds p + 1 one-hour segments (retention.ms = 2 h), so each plans differently."""
+    store = LogStore([log_dir], create_missing=True)
+    store.create_topic("t", partitions, {"retention.ms": str(2 * HOUR_MS)})
+    for p in range(partitions):
+        with store.writable_log(store.locate("t", p)) as log:
+            for hour in range(p + 1):
+                log.append_records([(b"k", b"v", (), T0 + hour * HOUR_MS)], now_ms=T0)
+                log.roll()
+    return store
+
+
+def test_a_plan_split_across_processes_is_the_plan_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = build_store(tmp_path, 7)
+    broken = tmp_path / "t-4" / "00000000000000000002.log"
+    broken.unlink()
+    os.mkfifo(broken)  # this partition's plan fails: its error must come back from whichever process had it
+    locations = store.partitions()
+    now_ms = T0 + 5 * HOUR_MS
+    one = plans.plan_retention(store, locations, now_ms)
+    monkeypatch.setattr(plans, "MIN_PARTITIONS_PER_PROCESS", 2)
+    split = plans.plan_retention(store, locations, now_ms, processes=3)
+    assert split == one
+    assert [(p["partition"], len(p["segments"])) for p in one["partitions"]] == \
+        [(0, 1), (1, 2), (2, 3), (3, 3), (5, 3), (6, 3)]  # hours 0-2 are over 2 h old at T0 + 5 h
+    assert [(e["partition"], "not a regular file" in e["error"]) for e in one["errors"]] == [(4, True)]
+    monkeypatch.setattr(plans, "MIN_PARTITIONS_PER_PROCESS", 4)  # 7 partitions: one process, whatever is asked
+    assert plans.plan_retention(store, locations, now_ms, processes=3) == one
+
+
+def test_processes_must_be_a_positive_number(tmp_path: Path) -> None:
+    build_store(tmp_path, 1)
+    for bad in ("0", "-2", "two"):
+        done = run_cli("retention", "plan", "--log-dir", str(tmp_path), "--processes", bad, "--json")
+        assert done.code == 2 and "--processes" in done.err, done.err
+    done = run_cli("retention", "plan", "--log-dir", str(tmp_path), "--processes", "3", "--json",
+                   "--now-ms", str(T0 + 5 * HOUR_MS))
+    assert done.code == 0, done.err
+    assert [p["partition"] for p in json.loads(done.out)["partitions"]] == [0]

@@ -11,6 +11,7 @@ Every plan says why retention would not delete more now (``blocked_by``): the an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kafkalog.log.snapshot import LogSnapshot, SegmentSnapshot
 
@@ -19,8 +20,7 @@ RETENTION_BYTES = "retention.bytes"
 RETENTION_MS = "retention.ms"
 
 
-@dataclass(frozen=True, slots=True)
-class DeletableSegment:
+class DeletableSegment(NamedTuple):  # tuples: one or more per partition of every plan, made fast
     base_offset: int
     next_offset: int
     size_bytes: int
@@ -28,8 +28,7 @@ class DeletableSegment:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class Blocker:
+class Blocker(NamedTuple):
     """Why a retention pass stopped: ``kind`` is one of the documented ``blocked_by`` kinds."""
 
     kind: str  # policy | unlimited | high-watermark | active-segment | below-retention.bytes |

@@ -6,9 +6,10 @@ Builds (once, cached under ``benchmarks/.data/``) a log dir of P partitions × S
 segment one small batch with its ``.index`` and ``.timeindex``, then times, warm cache:
 
 * ``find <log dir> -type f`` — the floor: listing every file of the tree;
-* planning retention for every partition in one process (what ``kafkalog retention plan`` and the
-  DAG's ``plan_retention`` shards do): snapshot each partition, plan it;
-* the whole ``kafkalog retention plan --json`` command, Python start-up included.
+* planning retention for every partition in one process (what each of the DAG's ``plan_retention``
+  shards does): snapshot each partition, plan it;
+* the whole ``kafkalog retention plan --json`` command, Python start-up included (it plans on every
+  CPU it may use, ``--processes``).
 
 Target (issue #3): planning within 5× the ``find`` time.
 """

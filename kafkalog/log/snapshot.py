@@ -2,7 +2,8 @@
 
 Taking a snapshot is cheap on purpose (retention scans every partition every cycle): one ``scandir``
 per partition, a ``stat`` per segment, the last entry of each time index, and a short read at the
-tail of the active segment for the log end offset. No segment data is decoded.
+tail of the active segment for the log end offset. A retention snapshot reads less still: only what
+the planner at its clock can look at (``snapshot_log(now_ms=...)``). No segment data is decoded.
 """
 
 from __future__ import annotations

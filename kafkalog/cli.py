@@ -278,6 +278,13 @@ def _recover_all(args: argparse.Namespace, store: LogStore, results: list[dict[s
 
 
 # --- retention, journal, status -----------------------------------------------------------------
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -530,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="apply this plan (`retention plan --json` output) instead of planning now; never "
                                 "marks more than it lists")
         if action != "sweep":
-            p.add_argument("--processes", type=_positive_int, default=len(os.sched_getaffinity(0)), metavar="N",
+            p.add_argument("--processes", type=_positive_int, default=_usable_cpus(), metavar="N",
                            help=f"plan on up to N processes, each at least {plans.MIN_PARTITIONS_PER_PROCESS} "
                                 "partitions (default: the CPUs this process may use)")
         p.add_argument("--topic")

@@ -12,6 +12,7 @@ import errno
 import os
 import stat as stat_module
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -154,6 +155,9 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
                            start, start, start, pending_delete)
     prefixes.sort()  # same width, so text order is offset order
     bases = list(map(int, prefixes))
+    # Asked once per segment read: scanning a short listing costs less than hashing it, but scanning a
+    # partition of thousands of segments once per segment would grow with the square of its size.
+    present: Collection[str] = frozenset(listing) if len(listing) > 256 else listing
     checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
     log_start_offset = max(checkpointed_start, bases[0])
     full = now_ms is None
@@ -173,7 +177,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     i = 0
     while i < last and (all_sizes or walking or bases[i + 1] <= log_start_offset):
         prefix, below_start = prefixes[i], bases[i + 1] <= log_start_offset
-        max_ts = _largest_timestamp(dir_fd, directory, prefix, bases[i], prefix + names.INDEX_SUFFIX in listing) \
+        max_ts = _largest_timestamp(dir_fd, directory, prefix, bases[i], prefix + names.INDEX_SUFFIX in present) \
             if walking else NOT_READ
         expired = time_cutoff is not None and 0 <= max_ts < time_cutoff
         size = mtime = NOT_READ
@@ -202,7 +206,7 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
     checkpoint.check_log_start_offset(directory, checkpointed_start, log_end_offset)
     size, mtime = last_tail.log_size, last_tail.log_mtime_ms
     max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last],
-                                prefixes[last] + names.INDEX_SUFFIX in listing, size) if walking else NOT_READ
+                                prefixes[last] + names.INDEX_SUFFIX in present, size) if walking else NOT_READ
     segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, mtime))
     # Kafka never lets the high watermark fall below the log start offset.
     capped = log_end_offset if hw_checkpoint is None else min(log_end_offset, hw_checkpoint)

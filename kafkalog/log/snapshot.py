@@ -228,17 +228,14 @@ def _regular_file_names(dir_fd: int, directory: str) -> list[str]:
     if len(regular) < len(entries):
         for entry in entries:
             if not entry.is_file(follow_symlinks=False) and names.parse_segment_file_name(entry.name) is not None:
-                raise UnknownFileError(f"{directory}/{entry.name}: not a regular file (a symlink, FIFO, device or "
-                                       "directory); kafkalog reads and writes only regular files in a partition "
-                                       "directory")
+                raise names.not_a_regular_file(f"{directory}/{entry.name}", entry.stat(follow_symlinks=False).st_mode)
     return regular
 
 
 def _regular_stat(dir_fd: int, directory: str, name: str) -> os.stat_result:
     info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat_module.S_ISREG(info.st_mode):
-        raise UnknownFileError(f"{directory}/{name}: not a regular file (a symlink, FIFO or device); kafkalog "
-                               "reads and writes only regular files in a partition directory")
+        raise names.not_a_regular_file(f"{directory}/{name}", info.st_mode)
     return info
 
 
@@ -263,14 +260,12 @@ def _open_regular(dir_fd: int, directory: str, name: str) -> tuple[int, os.stat_
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise UnknownFileError(f"{directory}/{name}: a symlink; kafkalog reads and writes only regular files "
-                                   "in a partition directory (replace it with the file itself)") from None
+            raise names.not_a_regular_file(f"{directory}/{name}", stat_module.S_IFLNK) from None
         raise
     info = os.fstat(fd)
     if not stat_module.S_ISREG(info.st_mode):
         os.close(fd)
-        raise UnknownFileError(f"{directory}/{name}: not a regular file (a FIFO or device?); kafkalog reads and "
-                               "writes only regular files in a partition directory")
+        raise names.not_a_regular_file(f"{directory}/{name}", info.st_mode)
     return fd, info
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kafkalog.errors import ConfigError, KafkaLogError
+from kafkalog.log import shares
 from kafkalog.log.config import BrokerConfig, describe
 from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation, configured_broker_file, configured_log_dirs
 from kafkalog.maintenance import journal
@@ -285,6 +286,12 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def _add_processes(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("--processes", type=_positive_int, default=_usable_cpus(), metavar="N",
+                        help=f"{verb} on up to N processes, each at least {shares.MIN_PARTITIONS_PER_PROCESS} "
+                             "partitions (default: the CPUs this process may use)")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -396,7 +403,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from kafkalog.tools.status import status_rows
 
     store = _store(args)
-    rows = status_rows(store, _now_ms(args))
+    rows = status_rows(store, _now_ms(args), processes=args.processes)
     if args.json:
         _emit_json({"partitions": rows}, sys.stdout)
         return 0
@@ -537,9 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="apply this plan (`retention plan --json` output) instead of planning now; never "
                                 "marks more than it lists")
         if action != "sweep":
-            p.add_argument("--processes", type=_positive_int, default=_usable_cpus(), metavar="N",
-                           help=f"plan on up to N processes, each at least {plans.MIN_PARTITIONS_PER_PROCESS} "
-                                "partitions (default: the CPUs this process may use)")
+            _add_processes(p, "plan")
         p.add_argument("--topic")
         p.add_argument("--partition", type=int)
         p.add_argument("--json", action="store_true")
@@ -554,6 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[common], help="one row per partition, with why retention waits")
     p.add_argument("--now-ms", type=int)
+    _add_processes(p, "read the partitions")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 

@@ -34,10 +34,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from kafkalog.errors import KafkaLogError
+from kafkalog.log.shares import map_shares
 
 RETENTION_PLAN_KIND = "kafkalog-retention-plan"
 COMPACTION_PLAN_KIND = "kafkalog-compaction-plan"
@@ -88,46 +90,15 @@ def error_entry(topic: str, partition: int, error: str) -> Doc:
 def plan_retention(store: Any, locations: Sequence[Any], now_ms: int, *, processes: int = 1) -> Doc:
     """Kafka's ``deleteOldSegments`` decisions for ``locations`` at ``now_ms``, as a retention plan.
 
-    With ``processes`` > 1 the partitions are split, in order, across this process and forked ones, as
-    Kafka loads a log dir's partitions on ``num.recovery.threads.per.data.dir`` threads: each plan reads
-    only its own partition's files, and the document is the one a single process makes. A caller that
-    has threads must not ask for it (a forked child gets only the calling thread); the pipeline's tasks
-    plan one shard each, so Airflow spreads them instead."""
-    locations = list(locations)
-    shares = min(processes, len(locations) // MIN_PARTITIONS_PER_PROCESS)
-    if shares <= 1:
-        partitions, errors = _plan_retention_share(store, locations, now_ms)
-    else:
-        import multiprocessing  # here: every other command would pay for importing them
-        from concurrent.futures import ProcessPoolExecutor
-
-        size = -(-len(locations) // shares)
-        chunks = [locations[i:i + size] for i in range(0, len(locations), size)]
-        with ProcessPoolExecutor(len(chunks) - 1, mp_context=multiprocessing.get_context("fork"),
-                                 initializer=_adopt_store, initargs=(store,)) as pool:
-            children = [pool.submit(_plan_retention_in_child, chunk, now_ms) for chunk in chunks[1:]]
-            done = [_plan_retention_share(store, chunks[0], now_ms)] + [child.result() for child in children]
-        partitions = [doc for share, _ in done for doc in share]
-        errors = [doc for _, share in done for doc in share]
-    return {"version": PLAN_VERSION, "kind": RETENTION_PLAN_KIND, "now_ms": now_ms, "partitions": partitions,
-            "errors": errors}
+    With ``processes`` > 1 the partitions are planned across this process and forked ones
+    (:func:`kafkalog.log.shares.map_shares`); the document is the one a single process makes."""
+    shares = map_shares(partial(_plan_retention_share, store, now_ms=now_ms), list(locations), processes)
+    return {"version": PLAN_VERSION, "kind": RETENTION_PLAN_KIND, "now_ms": now_ms,
+            "partitions": [doc for planned, _ in shares for doc in planned],
+            "errors": [doc for _, failed in shares for doc in failed]}
 
 
-# A fork and carrying the plans back cost about what planning this many partitions does.
-MIN_PARTITIONS_PER_PROCESS = 1000
-_child_store: Any = None
-
-
-def _adopt_store(store: Any) -> None:
-    global _child_store
-    _child_store = store
-
-
-def _plan_retention_in_child(locations: list[Any], now_ms: int) -> tuple[list[Doc], list[Doc]]:
-    return _plan_retention_share(_child_store, locations, now_ms)
-
-
-def _plan_retention_share(store: Any, locations: Sequence[Any], now_ms: int) -> tuple[list[Doc], list[Doc]]:
+def _plan_retention_share(store: Any, locations: Sequence[Any], *, now_ms: int) -> tuple[list[Doc], list[Doc]]:
     from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
     from kafkalog.policy.retention import plan_retention as plan_one
 

@@ -6,19 +6,29 @@ For compacted logs the cleaner manager fills ``first_dirty_offset``, ``dirty_rat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from kafkalog.errors import KafkaLogError
+from kafkalog.log.shares import map_shares
 from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_for_compaction, snapshot_log
-from kafkalog.log.store import METADATA_TOPICS, LogStore
+from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
 from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
 from kafkalog.policy.retention import plan_retention
 
 
-def status_rows(store: LogStore, now_ms: int) -> list[dict[str, Any]]:
+def status_rows(store: LogStore, now_ms: int, *, processes: int = 1) -> list[dict[str, Any]]:
+    """A row per partition, in partition order; with ``processes`` > 1 the partitions are read across
+    this process and forked ones (:func:`kafkalog.log.shares.map_shares`), with the same rows."""
+    shares = map_shares(partial(_status_rows, store, now_ms=now_ms), store.partitions(), processes)
+    return [row for rows in shares for row in rows]
+
+
+def _status_rows(store: LogStore, locations: Sequence[PartitionLocation], *, now_ms: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     checkpoints = {d: LogDirCheckpoints.read(d) for d in store.log_dirs}
-    for location in store.partitions():
+    for location in locations:
         tp = location.topic_partition
         config = store.log_config(tp.topic)
         row: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""A retention plan made on several processes is the document one process makes: the same partitions
+"""A retention plan or a status made on several processes is what one process makes: the same partitions
 in the same order, the same errors, nothing lost or doubled across the split."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from kafkalog.log import shares
 from kafkalog.log.store import LogStore
 from kafkalog.pipeline import plans
+from kafkalog.tools.status import status_rows
 
 T0 = 1_700_000_000_000
 HOUR_MS = 3_600_000
@@ -37,21 +39,42 @@ def test_a_plan_split_across_processes_is_the_plan_of_one(tmp_path: Path, monkey
     locations = store.partitions()
     now_ms = T0 + 5 * HOUR_MS
     one = plans.plan_retention(store, locations, now_ms)
-    monkeypatch.setattr(plans, "MIN_PARTITIONS_PER_PROCESS", 2)
+    monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 2)
     split = plans.plan_retention(store, locations, now_ms, processes=3)
     assert split == one
     assert [(p["partition"], len(p["segments"])) for p in one["partitions"]] == \
         [(0, 1), (1, 2), (2, 3), (3, 3), (5, 3), (6, 3)]  # hours 0-2 are over 2 h old at T0 + 5 h
     assert [(e["partition"], "not a regular file" in e["error"]) for e in one["errors"]] == [(4, True)]
-    monkeypatch.setattr(plans, "MIN_PARTITIONS_PER_PROCESS", 4)  # 7 partitions: one process, whatever is asked
+    monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 4)  # 7 partitions: one process, whatever is asked
     assert plans.plan_retention(store, locations, now_ms, processes=3) == one
+
+
+def test_a_status_split_across_processes_is_the_status_of_one(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store = build_store(tmp_path, 7)
+    broken = tmp_path / "t-4" / "00000000000000000002.log"
+    broken.unlink()
+    os.mkfifo(broken)
+    now_ms = T0 + 5 * HOUR_MS
+    one = status_rows(store, now_ms)
+    monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 2)
+    split = status_rows(store, now_ms, processes=3)
+    assert split == one
+    assert [(r["partition"], r["segment_count"], r["deletable_bytes"] > 0, r["quarantined"]) for r in one
+            if r["partition"] != 4] == [(0, 2, True, False), (1, 3, True, False), (2, 4, True, False),
+                                        (3, 5, True, False), (5, 7, True, False), (6, 8, True, False)]
+    assert one[4]["quarantined"] and "not a regular file (a FIFO)" in one[4]["blocked_by"][0]
+    done = run_cli("status", "--log-dir", str(tmp_path), "--processes", "3", "--json", "--now-ms", str(now_ms))
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["partitions"] == json.loads(json.dumps(one))
 
 
 def test_processes_must_be_a_positive_number(tmp_path: Path) -> None:
     build_store(tmp_path, 1)
-    for bad in ("0", "-2", "two"):
-        done = run_cli("retention", "plan", "--log-dir", str(tmp_path), "--processes", bad, "--json")
-        assert done.code == 2 and "--processes" in done.err, done.err
+    for command in (("retention", "plan"), ("status",)):
+        for bad in ("0", "-2", "two"):
+            done = run_cli(*command, "--log-dir", str(tmp_path), "--processes", bad, "--json")
+            assert done.code == 2 and "--processes" in done.err, (command, done.err)
     done = run_cli("retention", "plan", "--log-dir", str(tmp_path), "--processes", "3", "--json",
                    "--now-ms", str(T0 + 5 * HOUR_MS))
     assert done.code == 0, done.err

@@ -28,6 +28,7 @@ Scenarios (kafkalog's command; its peer or limit; the floor from issue #25):
 from __future__ import annotations
 
 import argparse
+import compileall
 import shutil
 import statistics
 import subprocess
@@ -37,6 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import kafkalog
 from benchmarks import bench_compaction, bench_decode, bench_retention
 from benchmarks._machine import describe
 from kafkalog.format.compression import CompressionType
@@ -216,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.runs = 1
     print(describe("bench_cli", list(argv) if argv is not None else None), flush=True)
+    # Measure commands as installed: `make install` byte-compiles the package, and where
+    # PYTHONDONTWRITEBYTECODE is set a module edited since then would be compiled again by every command.
+    compileall.compile_dir(Path(kafkalog.__file__).parent, quiet=1)
     table = scenarios(args)
     for s in table:  # one untimed round: page cache, dentries and numba's on-disk cache warm
         s.ours.run()

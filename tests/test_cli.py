@@ -229,6 +229,17 @@ def test_new_partitions_go_to_the_log_dir_with_the_fewest_logs(tmp_path: Path) -
         assert [t["topic"] for t in json.loads(described.out)["topics"]] == ["first", "second"]
 
 
+def test_a_partition_in_two_log_dirs_is_refused_naming_both(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_cli("topics", "create", "--log-dir", str(a), "--log-dir", str(b), "--topic", "t",
+                   "--partitions", "2").code == 0
+    (b / "t-0").mkdir()  # t-0 lives in a
+    before = tree_digest(tmp_path)
+    done = run_cli("status", "--log-dir", str(a), "--log-dir", str(b))
+    assert done.code == 1 and f"partition t-0 is in two log dirs: {a / 't-0'} and {b / 't-0'}" in done.err, done.err
+    assert tree_digest(tmp_path) == before
+
+
 def test_broker_config_file_precedence_shows_in_describe(tmp_path: Path) -> None:
     config = tmp_path / "server.properties"
     config.write_text("# broker\nlog.retention.hours=1\nlog.retention.minutes=5\nlog.segment.bytes=65536\n"

@@ -490,6 +490,7 @@ def describe(broker: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigE
 # --- topic names --------------------------------------------------------------------------------
 
 MAX_TOPIC_NAME_LENGTH = 249  # Kafka's limit: "<topic>-<partition>" must fit a 255-byte file name
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def validate_topic_name(name: str) -> None:
@@ -500,7 +501,7 @@ def validate_topic_name(name: str) -> None:
         rule = "it cannot be '.' or '..'"  # they would name the log dir itself or its parent
     elif len(name) > MAX_TOPIC_NAME_LENGTH:
         rule = f"it is longer than {MAX_TOPIC_NAME_LENGTH} characters"
-    elif not re.fullmatch(r"[a-zA-Z0-9._-]+", name):
+    elif not _TOPIC_NAME.fullmatch(name):
         rule = "it contains a character other than ASCII letters, digits, '.', '_' and '-'"
     else:
         return

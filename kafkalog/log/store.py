@@ -283,12 +283,12 @@ class LogStore:
                 out.append(PartitionLocation(tp, log_dir))
         # Sort on plain values: comparing the dataclasses is several times slower with 10,000s of them.
         out.sort(key=lambda p: (p.topic_partition.topic, p.topic_partition.partition, str(p.log_dir)))
-        seen: dict[TopicPartition, Path] = {}
+        seen: dict[TopicPartition, PartitionLocation] = {}
         for location in out:
-            if location.topic_partition in seen:
+            first = seen.setdefault(location.topic_partition, location)
+            if first is not location:
                 raise LogDirError(f"partition {location.topic_partition} is in two log dirs: "
-                                  f"{seen[location.topic_partition]} and {location.directory}; keep one")
-            seen[location.topic_partition] = location.directory
+                                  f"{first.directory} and {location.directory}; keep one")
         return out
 
     def locate(self, topic: str, partition: int) -> PartitionLocation:

@@ -151,10 +151,14 @@ def check_partition_file(path: Path, mode: int | None = None) -> None:
 
 def not_a_regular_file(path: Path | str, mode: int) -> UnknownFileError:
     """The error for a partition file that is not a regular file (``mode`` from its ``lstat``)."""
-    kind = ("a symlink" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+    return UnknownFileError(f"{path}: not a regular file ({file_kind(mode)}); kafkalog reads and writes only "
+                            "regular files in a partition directory (replace it with the file itself)")
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its ``lstat`` mode."""
+    return ("a symlink" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
             else "a directory" if stat.S_ISDIR(mode) else "a device or socket")
-    return UnknownFileError(f"{path}: not a regular file ({kind}); kafkalog reads and writes only regular files "
-                            "in a partition directory (replace it with the file itself)")
 
 
 @dataclass(frozen=True, slots=True, order=True)

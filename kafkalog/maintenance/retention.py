@@ -106,7 +106,7 @@ def sweep_partition(store: LogStore, location: PartitionLocation, *, wall_now_ms
         for entry in doomed:
             info = entry.stat(follow_symlinks=False)
             if not stat.S_ISREG(info.st_mode):
-                report.refused.append(f"{entry.path}: not a regular file (symlink?); left alone")
+                report.refused.append(f"{entry.path}: not a regular file ({names.file_kind(info.st_mode)}); left alone")
                 continue
             due_ms = info.st_mtime_ns // 1_000_000 + delay_ms
             if wall_now_ms >= due_ms:

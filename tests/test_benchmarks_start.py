@@ -25,7 +25,8 @@ DIARY_HEADING = re.compile(
     r"|\b(history|historical|diary|journal of|what (was|we) tried|what changed|earlier runs?)\b"
     r"|\b\d{4}-\d{2}-\d{2}\b",  # a dated section
     re.IGNORECASE)
-DIARY_TEXT = re.compile(r"kept for the history|\bsession[ -]\d+|\bin session\b|\bthis session\b", re.IGNORECASE)
+DIARY_TEXT = re.compile(r"kept\s+for\s+the\s+history|\bsession[ -]\d+|\bin\s+session\b|\bthis\s+session\b",
+                        re.IGNORECASE)
 
 
 def _benchmarks_named() -> list[str]:

@@ -343,13 +343,17 @@ class LocalLog:
                 f"{self.config.max_message_bytes}"
             )
         now = int(time.time() * 1000) if now_ms is None else now_ms
+        # Producer state as of the log end before this batch: loaded after the append, it would read
+        # the batch from the segment and then apply it a second time (an ABORT marker would find its
+        # transaction already ended and write no .txnindex entry).
+        state = self.producer_state() if header.has_producer_id else None
         segment = self.active_segment
         if self._should_roll(segment, len(raw), header.max_timestamp, header.last_offset, now):
             segment = self.roll(header.base_offset, now_ms=now)
         segment.append(header.last_offset, header.max_timestamp, header.last_offset, raw)
-        if header.has_producer_id:
+        if state is not None:
             columns = scan_batches(raw)
-            aborted = self.producer_state().update(summarize_batch(raw, columns, 0))
+            aborted = state.update(summarize_batch(raw, columns, 0))
             if aborted is not None:
                 segment.txn_index.append(aborted)
         if header.partition_leader_epoch >= 0:

@@ -291,6 +291,23 @@ def test_producer_snapshot_written_at_roll(tmp_path: Path) -> None:
     assert entries[0] == read_producer_snapshot(snap)[0]
 
 
+
+def test_an_abort_marker_appended_to_a_reopened_log_is_indexed(tmp_path: Path) -> None:
+    """Producer state is loaded lazily: loaded only after the marker was written to the segment, it
+    read the marker from the file and then applied it again, finding no transaction to end, and the
+    aborted transaction never reached the ``.txnindex`` (read_committed readers saw its records)."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    log.append_batch(batch(0, b"t", producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True,
+                           partition_leader_epoch=0), now_ms=NOW)
+    log.close()
+    log = LocalLog.open(d, config())  # no producer state in memory
+    log.append_batch(fmt.end_txn_marker_batch(fmt.ControlType.ABORT, offset=1, timestamp=1000, producer_id=9,
+                                              producer_epoch=0, coordinator_epoch=0, partition_leader_epoch=0),
+                     now_ms=NOW)
+    assert [(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset)
+            for t in log.active_segment.txn_index.entries()] == [(9, 0, 1, 2)]
+
 def test_leader_epoch_checkpoint_after_appends(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     log = LocalLog.open(d, config())

@@ -83,21 +83,59 @@ class ScenarioLog:
             assert result.code == 0, f"kafkalog {' '.join(args)} exited {result.code}: {result.err}"
         return result
 
-    def compact(self, now_ms: int, *, wall_now_ms: int | None = None, ok: bool = True) -> dict[str, object]:
-        """One cleaning round of the topic through ``kafkalog compact --topic``; its JSON report."""
+    def compact(self, now_ms: int, *, wall_now_ms: int | None = None, ok: bool = True,
+                surface: str = "cli") -> dict[str, object]:
+        """One cleaning round of the topic through ``kafkalog compact --topic`` (its JSON report), or
+        with ``surface="spark-tasks"`` through the Spark job's tasks (``spark_tasks_round``)."""
+        if surface == "spark-tasks":
+            return self.spark_tasks_round(now_ms, wall_now_ms=now_ms if wall_now_ms is None else wall_now_ms)
+        assert surface == "cli", surface
         result = self.cli("compact", "--log-dir", str(self.log_dir), "--topic", self.topic, "--now-ms", str(now_ms),
                           "--wall-now-ms", str(now_ms if wall_now_ms is None else wall_now_ms), "--json", ok=ok)
         return json.loads(result.out) if result.out.strip() else {}
 
-    def clean(self, now_ms: int, first_dirty: int = 0, *, wall_now_ms: int | None = None) -> dict[str, object]:
+    def clean(self, now_ms: int, first_dirty: int = 0, *, wall_now_ms: int | None = None,
+              surface: str = "cli") -> dict[str, object]:
         """Kafka's ``cleaner.doClean(LogToClean(tp, log, first_dirty, <cleanable end>), now)``."""
         self.set_first_dirty(first_dirty)
-        return self.compact(now_ms, wall_now_ms=wall_now_ms)
+        return self.compact(now_ms, wall_now_ms=wall_now_ms, surface=surface)
 
-    def two_pass_clean(self, now_ms: int = T0, first_dirty: int = 0) -> None:
+    def two_pass_clean(self, now_ms: int = T0, first_dirty: int = 0, *, surface: str = "cli") -> None:
         """Kafka's ``runTwoPassClean``: clean, then clean again once the delete horizon has passed."""
-        self.clean(now_ms, first_dirty)
-        self.clean(now_ms + self.delete_retention_ms + 1, first_dirty)
+        self.clean(now_ms, first_dirty, surface=surface)
+        self.clean(now_ms + self.delete_retention_ms + 1, first_dirty, surface=surface)
+
+    def spark_tasks_round(self, now_ms: int, *, wall_now_ms: int, parts: int = 2) -> dict[str, object]:
+        """The round ``spark_jobs/compact_logs.py`` runs for this topic, its tasks run here in turn as
+        Spark would run them on a cluster: the plan, the cleaner lock, the key map in ``parts`` parts
+        and one task per group (the split round, where groups are written apart from each other),
+        then the driver's commit. Returns ``{"cleaned": [{"end_offset": ...}]}`` like the CLI."""
+        from kafkalog.log.lock import cleaner_lock
+        from kafkalog.maintenance import cleaning_tasks as tasks
+        from kafkalog.pipeline.plans import apply_checkpoint_resets, plan_compaction
+
+        plan = plan_compaction(self.store, now_ms=now_ms, topic=self.topic)
+        assert not plan["errors"], plan["errors"]
+        apply_checkpoint_resets(self.store, plan)
+        cleaned = []
+        for target in plan["selected"]:
+            location = self.store.locate(target["topic"], target["partition"])
+            with cleaner_lock(location.directory, timeout_s=0):
+                try:
+                    spec, ctx = tasks.plan_round(self.store, location, target["first_dirty_offset"],
+                                                 target["first_uncleanable_offset"], now_ms=now_ms,
+                                                 wall_now_ms=wall_now_ms, parts=parts)
+                    spec = tasks.RoundSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as a task gets it
+                    scratch = self.log_dir.parent / f"{self.log_dir.name}-spark-scratch"
+                    maps = [tasks.map_part_task(self.store, spec, p, scratch / f"map-{p}") for p in range(parts)]
+                    prefixes = [m["prefix"] for m in maps]
+                    groups = [tasks.write_group_task(self.store, spec, i, prefixes, f"attempt-{i}")
+                              for i in range(len(spec.groups))]
+                    result = tasks.commit_round(ctx, spec, groups, [m["stats"] for m in maps], run_id="spark-tasks")
+                finally:
+                    tasks.discard_attempts(location)
+            cleaned.append({"topic": result.topic, "partition": result.partition, "end_offset": result.end_offset})
+        return {"cleaned": cleaned}
 
     def set_first_dirty(self, offset: int) -> None:
         """Write ``offset`` as this partition's cleaner checkpoint (where the next round starts)."""

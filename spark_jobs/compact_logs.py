@@ -187,9 +187,11 @@ def run_task(item: Doc) -> Doc:
             out.update(tasks.clean_round_task(store, spec, tag))
         elif item["kind"] == "map":
             done = tasks.map_part_task(store, spec, item["part"], Path(item["scratch"]) / f"map-{item['part']}-{tag}")
-            out.update(groups=[], maps=[done["stats"]], part=item["part"], prefix=done["prefix"])
+            out.update(groups=[], maps=[done["stats"]], part=item["part"], prefix=done["prefix"],
+                       txn_events=done["txn_events"])
         else:
-            out.update(groups=[tasks.write_group_task(store, spec, item["index"], item["map_prefixes"], tag)], maps=[])
+            out.update(groups=[tasks.write_group_task(store, spec, item["index"], item["map_prefixes"],
+                                                      item["txn_state"], tag)], maps=[])
         out["ok"] = True
     except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on
         out.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=6))
@@ -393,6 +395,7 @@ def item(job: Job, r: Round, kind: str, **extra: Any) -> Doc:
 
 def clean_rounds(sc: Any, job: Job) -> Doc:
     """The cleaning stages, and each round's commit as soon as its last stage is in."""
+    from kafkalog.maintenance import cleaning_tasks as tasks
     stages: Doc = {}
     live = sorted(job.live(), key=lambda r: -r.recopy_bytes)  # the biggest first
     first = [item(job, r, "map", part=p, scratch=str(r.scratch / job.run_id)) for r in live if r.split
@@ -405,8 +408,9 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
             commit(job, r, outs.get(r.name, []), 1)
         elif r.locked and all_ok(r, maps := outs.get(r.name, []), r.spec.parts):
             r.maps = sorted(maps, key=lambda m: m["part"])
-            second += [item(job, r, "group", index=i, map_prefixes=[m["prefix"] for m in r.maps])
-                       for i in range(len(r.spec.groups))]
+            states = tasks.group_txn_states(r.ctx, r.spec, r.maps)
+            second += [item(job, r, "group", index=i, map_prefixes=[m["prefix"] for m in r.maps], txn_state=state)
+                       for i, state in enumerate(states)]
     outs = run_stage(sc, second, "rewrite", stages)
     for r in live:
         if r.split:

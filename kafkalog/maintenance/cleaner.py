@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +74,7 @@ from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.key_map import KeyMap, Supersession
-from kafkalog.maintenance.txn_tracker import TxnTracker
+from kafkalog.maintenance.txn_tracker import EMPTY_CONTROL, TXN_DATA, TxnEvents, TxnTracker
 
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | memoryview
@@ -196,6 +197,25 @@ class CleanContext:
         """Where the mapped range ends: the whole dirty range is mapped in one pass."""
         return max(self.first_uncleanable_offset, self.first_dirty_offset)
 
+    def aborted_in(self, segment: LogSegment) -> list[AbortedTxn]:
+        """The aborted transactions reaching into ``segment`` (``collectAbortedTransactions`` from its
+        base to the next segment's)."""
+        bases = [s.base_offset for s in self.log.segments]
+        i = bases.index(segment.base_offset)
+        upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+        return [t for t in self.aborted if t.last_offset >= segment.base_offset and t.first_offset < upper]
+
+    def group_txn_states(self, groups: list[list[LogSegment]], events: dict[int, TxnEvents]) -> list[dict[str, Any]]:
+        """The round's transaction tracker as it stands at the start of each group, from the
+        ``txn_events`` of every segment before the last group (keyed by base offset)."""
+        tracker, states = TxnTracker(), []
+        for i, group in enumerate(groups):
+            states.append(tracker.state())
+            for segment in group if i + 1 < len(groups) else ():
+                tracker.add_aborted(self.aborted_in(segment))
+                tracker.replay(events[segment.base_offset])
+        return states
+
     def groups(self) -> list[list[LogSegment]]:
         to_group = [s for s in self.segments if s.base_offset < self.end_offset]
         config = self.log.config
@@ -247,8 +267,9 @@ def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_of
         result.stats.map_seconds = time.perf_counter() - started
         result.end_offset = ctx.end_offset
         started = time.perf_counter()
+        tracker = TxnTracker()  # one for the round: transactions are followed from group to group
         for group in ctx.groups():
-            cleaned = write_cleaned_group(ctx, group, key_map, result.stats, verified)
+            cleaned = write_cleaned_group(ctx, group, key_map, tracker, result.stats, verified)
             swap_cleaned_group(ctx, cleaned, lock_timeout_s)
             result.groups.append((cleaned.source_bases, cleaned.base_offset))
         result.stats.clean_seconds = time.perf_counter() - started
@@ -312,6 +333,25 @@ def _control_types(batches: BatchColumns, records: RecordColumns) -> dict[int, i
             except KafkaLogError:
                 out[b] = -1
     return out
+
+
+def txn_events(segment: LogSegment) -> TxnEvents:
+    """The segment's transactional data batches and control batches in offset order, as
+    ``TxnTracker.replay`` takes them: (kind, producer id, last offset) rows, the kind a marker's
+    control type (``EMPTY_CONTROL`` when it holds no record) or ``TXN_DATA``. Reads batch headers,
+    and the first record of each control batch."""
+    data = _map(segment)
+    batches = scan_batches(data, where=f"{segment.log_path}: ")
+    control = (batches.attributes & fmt.CONTROL_MASK) != 0
+    rows = np.flatnonzero((batches.magic >= 2) & (control | ((batches.attributes & fmt.TRANSACTIONAL_MASK) != 0)))
+    events = np.empty((len(rows), 3), dtype=np.int64)
+    for n, b in enumerate(rows.tolist()):
+        kind: int | None = TXN_DATA
+        if control[b]:
+            one = batches.window(b, b + 1)
+            kind = _control_types(one, scan_records(data, one, where=f"{segment.log_path}: ")).get(0)
+        events[n] = (EMPTY_CONTROL if kind is None else kind, int(batches.producer_id[b]), int(batches.last_offset[b]))
+    return events
 
 
 def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
@@ -476,20 +516,21 @@ class CleanedGroup:
     log_crc32c: int
 
 
-def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Supersession,
+def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Supersession, tracker: TxnTracker,
                         stats: CleanerStats, verified: set[int], suffix: str = names.CLEANED_SUFFIX) -> CleanedGroup:
     """Recopy one group of source segments into a verified ``.cleaned`` segment (files only: the
-    log is unchanged until ``swap_cleaned_group``). Groups are independent, so they may be written
-    in parallel and swapped afterwards, in any order. ``suffix``: the output's file-name suffix, one
-    of a task attempt's own (any name ending in ``.cleaned`` is a cleaner's leftover to recovery)."""
-    log = ctx.log
+    log is unchanged until ``swap_cleaned_group``). ``tracker`` is the round's transaction tracker as
+    it stands at the group's first offset (after the earlier groups were written or replayed), so
+    groups may be written in parallel, each from its own starting state, and swapped afterwards, in
+    any order. ``suffix``: the output's file-name suffix, one of a task attempt's own (any name
+    ending in ``.cleaned`` is a cleaner's leftover to recovery)."""
     directory = ctx.location.directory
     base = group[0].base_offset
     fingerprint = [_fingerprint(directory, s.base_offset) for s in group]
-    tracker = TxnTracker()
-    bases = [s.base_offset for s in log.segments]
-    cleaned = LogSegment(directory, base, SegmentSettings(log.config.index_interval_bytes,
-                                                          log.config.segment_index_bytes), suffix=suffix)
+    tracker.start_group()
+    config = ctx.log.config
+    cleaned = LogSegment(directory, base, SegmentSettings(config.index_interval_bytes, config.segment_index_bytes),
+                         suffix=suffix)
     try:
         cleaned.delete_files()
         positions: list[I64] = []  # the output's batches: where they start, their last offsets and max timestamps
@@ -500,10 +541,7 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
         # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
         with BackgroundWriter(cleaned.log_path) as writer:
             for segment in group:
-                i = bases.index(segment.base_offset)
-                upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
-                tracker.add_aborted(t for t in ctx.aborted
-                                    if t.last_offset >= segment.base_offset and t.first_offset < upper)
+                tracker.add_aborted(ctx.aborted_in(segment))
                 retain_legacy = segment.last_modified_ms() > ctx.legacy_horizon
                 # The cleaned segment must reach into the group's last source segment: crash recovery
                 # rolls a swap forward over [its base, its next offset) only, and an old segment left

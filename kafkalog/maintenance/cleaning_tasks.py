@@ -38,12 +38,15 @@ from kafkalog.maintenance.cleaner import (
     build_key_map,
     dirty_segments,
     finish_round,
+    map_slices,
     open_clean_context,
     resolve_leftovers,
     swap_cleaned_group,
+    txn_events,
     write_cleaned_group,
 )
 from kafkalog.maintenance.key_map import HashedKeyMap, KeyMap, Supersession
+from kafkalog.maintenance.txn_tracker import TxnTracker
 
 # A round's counts are its tasks' sums; its map and clean seconds, its slowest task's.
 SUMMED_STATS = [f.name for f in dataclasses.fields(CleanerStats) if not f.name.endswith("_seconds")]
@@ -110,12 +113,13 @@ def _key_map(ctx: CleanContext, verified: set[int], part: int = 0, parts: int = 
     return key_map, stats
 
 
-def _write_group(ctx: CleanContext, sources: list[int], key_map: Supersession, verified: set[int],
-                 tag: str) -> dict[str, Any]:
+def _write_group(ctx: CleanContext, sources: list[int], key_map: Supersession, tracker: TxnTracker,
+                 verified: set[int], tag: str) -> dict[str, Any]:
     """One group written under ``tag``: its ``CleanedGroup`` fields, the tag and the group's stats."""
     started, stats = time.perf_counter(), CleanerStats()
     by_base = {s.base_offset: s for s in ctx.segments}
-    cleaned = write_cleaned_group(ctx, [by_base[b] for b in sources], key_map, stats, verified, attempt_suffix(tag))
+    cleaned = write_cleaned_group(ctx, [by_base[b] for b in sources], key_map, tracker, stats, verified,
+                                  attempt_suffix(tag))
     stats.clean_seconds = time.perf_counter() - started
     return {**dataclasses.asdict(cleaned), "tag": tag, "stats": stats.to_dict()}
 
@@ -126,25 +130,43 @@ def clean_round_task(store: LogStore, spec: RoundSpec, tag: str) -> dict[str, An
     ctx = spec.open(store)
     verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
     key_map, stats = _key_map(ctx, verified)
-    return {"maps": [stats.to_dict()], "groups": [_write_group(ctx, g, key_map, verified, tag) for g in spec.groups]}
+    tracker = TxnTracker()  # the groups are written in turn: the tracker carries from one to the next
+    return {"maps": [stats.to_dict()],
+            "groups": [_write_group(ctx, g, key_map, tracker, verified, tag) for g in spec.groups]}
 
 
 def map_part_task(store: LogStore, spec: RoundSpec, part: int, prefix: Path) -> dict[str, Any]:
     """Step 2 of a huge partition: key-map part ``part`` of ``spec.parts``, saved at ``prefix`` (a name of
-    this attempt's own, in a scratch dir every task sees). Returns its stats."""
-    key_map, stats = _key_map(spec.open(store), set(), part, spec.parts)
+    this attempt's own, in a scratch dir every task sees). Returns its stats, and the transactional
+    batches (``txn_events``) of its share of the segments whose groups precede others, from which the
+    driver works out each group's starting transaction state (``group_txn_states``)."""
+    ctx = spec.open(store)
+    key_map, stats = _key_map(ctx, set(), part, spec.parts)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     key_map.save(prefix)
-    return {"part": part, "prefix": str(prefix), "stats": stats.to_dict()}
+    by_base = {s.base_offset: s for s in ctx.segments}
+    before_last = [by_base[b] for g in spec.groups[:-1] for b in g]
+    return {"part": part, "prefix": str(prefix), "stats": stats.to_dict(),
+            "txn_events": {s.base_offset: txn_events(s) for s in map_slices(before_last, spec.parts)[part]}}
+
+
+def group_txn_states(ctx: CleanContext, spec: RoundSpec, maps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Step 2 on the driver: the transaction tracker's state at the start of each group, from the map
+    parts' ``txn_events`` (each group task then decides as the one-task round would)."""
+    by_base = {s.base_offset: s for s in ctx.segments}
+    events = {base: e for m in maps for base, e in m["txn_events"].items()}
+    return ctx.group_txn_states([[by_base[b] for b in g] for g in spec.groups], events)
 
 
 def write_group_task(store: LogStore, spec: RoundSpec, index: int, map_prefixes: list[str],
-                     tag: str) -> dict[str, Any]:
-    """Step 3 of a huge partition: group ``index`` written under ``tag`` from the saved key-map parts."""
+                     txn_state: dict[str, Any], tag: str) -> dict[str, Any]:
+    """Step 3 of a huge partition: group ``index`` written under ``tag`` from the saved key-map parts,
+    its transaction tracker starting from ``txn_state`` (``group_txn_states``)."""
     ctx = spec.open(store)
     key_map = HashedKeyMap([KeyMap.load(Path(p)) for p in map_prefixes], ctx.end_offset - 1)
     # The map tasks checked the CRCs of the dirty segments; the group checks those of the clean ones.
-    return _write_group(ctx, spec.groups[index], key_map, {s.base_offset for s in dirty_segments(ctx)}, tag)
+    return _write_group(ctx, spec.groups[index], key_map, TxnTracker.from_state(txn_state),
+                        {s.base_offset for s in dirty_segments(ctx)}, tag)
 
 
 def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]],

@@ -4,16 +4,32 @@ Decides, batch by batch in offset order, which data batches belong to aborted tr
 records go) and when a COMMIT/ABORT marker may go (once no batch of its transaction is left). The
 aborted transactions whose data this pass still had to remove are collected for the cleaned
 segment's ``.txnindex``.
+
+One tracker serves a whole cleaning round, across its segment groups, as in Kafka's ``doClean``: a
+transaction whose data is in one group and whose marker is in a later one is followed from the one to
+the other. A group written apart from the earlier ones (a Spark task) starts from the tracker's
+:meth:`TxnTracker.state` at the group's first offset, which :meth:`TxnTracker.replay` computes from the
+transactional batches of the earlier groups (``txn_events``) without rewriting them.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from kafkalog.format.batch import ControlType
 from kafkalog.log.txn_index import AbortedTxn
+
+# ``txn_events`` rows are (kind, producer id, last offset); a kind >= 0 is a marker's control type.
+TXN_DATA = -3  # a transactional data batch
+EMPTY_CONTROL = -2  # a control batch without records (an emptied marker)
+UNKNOWN_CONTROL = -1  # a control batch whose key does not parse
+TxnEvents = npt.NDArray[np.int64]  # shape (n, 3)
 
 
 @dataclass
@@ -25,14 +41,20 @@ class _Ongoing:
 class TxnTracker:
     def __init__(self, aborted: Iterable[AbortedTxn] = ()) -> None:
         self._heap: list[tuple[int, int, AbortedTxn]] = []
+        self._pushed = 0  # ties in the heap keep their push order
         self._ongoing_aborted: dict[int, _Ongoing] = {}
         self._ongoing_committed: set[int] = set()
-        self.cleaned_index_entries: list[AbortedTxn] = []
+        self.cleaned_index_entries: list[AbortedTxn] = []  # of the group being written
         self.add_aborted(aborted)
 
     def add_aborted(self, txns: Iterable[AbortedTxn]) -> None:
         for txn in txns:
-            heapq.heappush(self._heap, (txn.first_offset, len(self._heap), txn))
+            heapq.heappush(self._heap, (txn.first_offset, self._pushed, txn))
+            self._pushed += 1
+
+    def start_group(self) -> None:
+        """A new cleaned segment: its ``.txnindex`` entries start empty; what is in flight carries on."""
+        self.cleaned_index_entries = []
 
     def _consume_up_to(self, offset: int) -> None:
         while self._heap and self._heap[0][0] <= offset:
@@ -68,3 +90,31 @@ class TxnTracker:
                 return False
             return True
         return False
+
+    def replay(self, events: TxnEvents) -> None:
+        """Follow a segment's transactional batches and markers (``txn_events``) as a cleaning pass
+        would, without writing anything. Batches outside transactions change nothing that a later
+        decision depends on: the aborted transactions they would move out of the heap, the next
+        transactional batch or marker moves in the same order."""
+        for kind, producer_id, last_offset in events.tolist():
+            if kind == TXN_DATA:
+                self.on_batch_read(producer_id, True, last_offset)
+            else:
+                self.on_control_batch_read(producer_id, last_offset, None if kind == EMPTY_CONTROL else kind)
+        self.cleaned_index_entries = []
+
+    # --- the state a group written apart starts from (JSON-able) -------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"heap": [list(astuple(t)) for _, _, t in sorted(self._heap, key=lambda e: e[:2])],
+                "ongoing_aborted": [[list(astuple(o.txn)), o.last_observed_batch_offset]
+                                    for o in self._ongoing_aborted.values()],
+                "ongoing_committed": sorted(self._ongoing_committed)}
+
+    @classmethod
+    def from_state(cls, doc: dict[str, Any]) -> TxnTracker:
+        tracker = cls(AbortedTxn(*t) for t in doc["heap"])
+        for txn, last_observed in doc["ongoing_aborted"]:
+            aborted = AbortedTxn(*txn)
+            tracker._ongoing_aborted[aborted.producer_id] = _Ongoing(aborted, last_observed)
+        tracker._ongoing_committed = set(doc["ongoing_committed"])
+        return tracker

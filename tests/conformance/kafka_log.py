@@ -129,8 +129,9 @@ class ScenarioLog:
                     scratch = self.log_dir.parent / f"{self.log_dir.name}-spark-scratch"
                     maps = [tasks.map_part_task(self.store, spec, p, scratch / f"map-{p}") for p in range(parts)]
                     prefixes = [m["prefix"] for m in maps]
-                    groups = [tasks.write_group_task(self.store, spec, i, prefixes, f"attempt-{i}")
-                              for i in range(len(spec.groups))]
+                    states = tasks.group_txn_states(ctx, spec, maps)
+                    groups = [tasks.write_group_task(self.store, spec, i, prefixes, state, f"attempt-{i}")
+                              for i, state in enumerate(states)]
                     result = tasks.commit_round(ctx, spec, groups, [m["stats"] for m in maps], run_id="spark-tasks")
                 finally:
                     tasks.discard_attempts(location)

@@ -39,6 +39,7 @@ from kafkalog.log.swap import replace_segments
 from kafkalog.maintenance import cleaner, journal
 from kafkalog.maintenance.cleaner import CleanerStats, CleanResult, clean_partition, group_segments_by_size
 from kafkalog.maintenance.compact import compact
+from kafkalog.maintenance.txn_tracker import TxnTracker
 from kafkalog.tools.verify import verify_store
 
 T0 = 1_700_000_000_000
@@ -511,7 +512,7 @@ def test_a_group_whose_cleaned_output_is_gone_or_cut_is_not_swapped(tmp_path: Pa
     verified: set[int] = set()
     key_map = cleaner.build_key_map(ctx, CleanerStats(), verified)
     group = ctx.groups()[-1]  # it holds the latest values: its output is not empty
-    written = cleaner.write_cleaned_group(ctx, group, key_map, CleanerStats(), verified)
+    written = cleaner.write_cleaned_group(ctx, group, key_map, TxnTracker(), CleanerStats(), verified)
     output = names.log_file(loc.directory, written.base_offset, names.CLEANED_SUFFIX)
     if damage == "removed":
         output.unlink()

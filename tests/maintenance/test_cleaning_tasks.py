@@ -5,6 +5,7 @@ output that went missing, was cut or was overwritten before the commit is refuse
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -17,12 +18,15 @@ from test_cleaner import (
     cleaner_checkpoint,
     latest_values,
     live_digest,
+    marker,
     new_store,
+    produce,
     put,
     read_log,
 )
 
 from kafkalog.errors import CleanerError
+from kafkalog.format.batch import ControlType
 from kafkalog.log import names
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
@@ -66,7 +70,9 @@ def _as_tasks(store: LogStore, first_dirty: int, now: int, parts: int, scratch: 
         else:
             parts_done = [tasks.map_part_task(store, spec, p, scratch / f"map-{p}") for p in range(parts)]
             prefixes = [d["prefix"] for d in parts_done]
-            groups = [tasks.write_group_task(store, spec, i, prefixes, f"attempt-{i}") for i in range(len(spec.groups))]
+            states = tasks.group_txn_states(ctx, spec, parts_done)
+            groups = [tasks.write_group_task(store, spec, i, prefixes, state, f"attempt-{i}")
+                      for i, state in enumerate(states)]
             maps = [d["stats"] for d in parts_done]
         if callable(damage):
             damage(location.directory, groups)
@@ -93,6 +99,45 @@ def test_a_round_as_tasks_writes_the_bytes_of_one_pass(tmp_path: Path, parts: in
     assert result.stats.map_keys == one.stats.map_keys and one.stats.records_written < one.stats.records_read
     assert verify_store(task_store).ok
     assert not [p.name for p in (tmp_path / "tasks").rglob("*") if p.name.endswith(names.CLEANED_SUFFIX)]
+
+
+def _interleaved_transactions(store: LogStore, seed: int) -> None:
+    """Three producers whose transactions stay open across several segments (a batch a segment at
+    most), committed or aborted in a later one, between plain records."""
+    rng = random.Random(seed)
+    loc = store.locate("t", 0)
+    open_txns: set[int] = set()
+    with store.writable_log(loc) as log:
+        for step in range(60):
+            pid = rng.choice([3, 4, 5])
+            if pid in open_txns and rng.random() < 0.4:
+                marker(log, rng.choice([ControlType.ABORT, ControlType.COMMIT]), pid)
+                open_txns.discard(pid)
+            elif rng.random() < 0.6:
+                produce(log, pid, step, [(f"k{rng.randrange(12)}", f"{pid}-{step}")], transactional=True)
+                open_txns.add(pid)
+            else:
+                put(log, [(f"k{rng.randrange(12)}", None if rng.random() < 0.2 else f"plain-{step}")])
+        for pid in sorted(open_txns):
+            marker(log, ControlType.COMMIT, pid)
+        log.roll()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_transactions_across_groups_split_into_tasks_write_the_bytes_of_one_pass(tmp_path: Path, seed: int) -> None:
+    """Each group of a split round is written by its own task, which starts from the transaction
+    tracker's state at the group's first offset (worked out on the driver from the map parts'
+    ``txn_events``): a transaction's data and its marker in different groups are decided as one pass
+    decides them, round after round."""
+    store, loc = new_store(tmp_path / "one", segment_bytes="160")  # about one batch a segment: a group each
+    _interleaved_transactions(store, seed)
+    shutil.copytree(tmp_path / "one", tmp_path / "tasks")
+    task_store = LogStore([tmp_path / "tasks"])
+    for now in (T0, T0 + 2 * DAY, T0 + 4 * DAY):
+        clean(store, loc, now=now)
+        assert len(_as_tasks(task_store, 0, now, 2, tmp_path / "scratch").groups) > 3
+        assert live_digest(tmp_path / "tasks") == live_digest(tmp_path / "one")
+    assert verify_store(task_store).ok
 
 
 def _remove(directory: Path, groups: list[dict[str, object]]) -> None:

@@ -375,7 +375,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
     aborted = [t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end]
     tracker = TxnTracker(aborted)
-    key_map = KeyMap(tracked=(start, end), part=part, parts=parts)
+    key_map = KeyMap(tracked=(start, end), part=part, parts=parts, range_bytes=sum(s.size for s in dirty))
     audit = _TxnIndexAudit(aborted)
     for segment in dirty:
         checked = segment.base_offset in own
@@ -472,12 +472,19 @@ def _legacy_delete_horizon(segments: Sequence[LogSegment], first_dirty: int, del
 # --- 2. grouping -----------------------------------------------------------------------------------
 def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_index_size: int,
                            first_uncleanable_offset: int, all_segments: Sequence[LogSegment]) -> list[list[LogSegment]]:
-    """Kafka's greedy ``groupSegmentsBySize`` over segments in offset order."""
+    """Kafka's greedy ``groupSegmentsBySize`` over segments in offset order. A cleaned segment's index
+    holds offsets relative to its base, the group's first segment's, so a group spans at most
+    ``MAX_INT`` offsets from there (an empty segment adds none)."""
     bases = [s.base_offset for s in all_segments]
 
     def last_offset_estimate(segment: LogSegment) -> int:
+        """Below the next segment's base; for the last segment, below the first uncleanable offset,
+        unless its records reach further (a last stable offset inside it): Kafka's estimate would
+        then let the group overflow, and cleaning it fail round after round."""
         i = bases.index(segment.base_offset)
-        return (bases[i + 1] if i + 1 < len(bases) and segment is not segments[-1] else first_uncleanable_offset) - 1
+        if i + 1 < len(bases) and segment is not segments[-1]:
+            return bases[i + 1] - 1
+        return max(first_uncleanable_offset, segment.read_next_offset()) - 1
 
     groups: list[list[LogSegment]] = []
     rest = list(segments)
@@ -491,7 +498,7 @@ def group_segments_by_size(segments: Sequence[LogSegment], max_size: int, max_in
             fits = (log_bytes + s.size <= max_size
                     and offset_index_bytes + len(s.offset_index) * 8 <= max_index_size
                     and time_index_bytes + len(s.time_index) * 12 <= max_index_size
-                    and (s.size == 0 or last_offset_estimate(s) - group[-1].base_offset <= MAX_INT))
+                    and (s.size == 0 or last_offset_estimate(s) - group[0].base_offset <= MAX_INT))
             if not fits:
                 break
             group.append(rest.pop(0))
@@ -539,15 +546,18 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
         size = crc = 0
         # The output's bytes go to the file from a second thread, one window at a time, while the next
         # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
+        # The cleaned segment must reach into the group's last source segment that holds data: crash
+        # recovery rolls a swap forward over [its base, its next offset) only, and an old segment left
+        # beyond that range would survive beside the new one (an empty one may: it holds nothing). So
+        # if that segment would contribute nothing, its last batch is kept as a 61-byte empty batch.
+        # The group's first segment needs no cover: the cleaned segment takes its name.
+        with_data = [s for s in group if s.size]
+        covered = with_data[-1] if len(with_data) > 0 and with_data[-1] is not group[0] else None
         with BackgroundWriter(cleaned.log_path) as writer:
             for segment in group:
                 tracker.add_aborted(ctx.aborted_in(segment))
                 retain_legacy = segment.last_modified_ms() > ctx.legacy_horizon
-                # The cleaned segment must reach into the group's last source segment: crash recovery
-                # rolls a swap forward over [its base, its next offset) only, and an old segment left
-                # beyond that range would survive beside the new one. So if the last source segment
-                # would contribute nothing, its last batch is kept as a 61-byte empty batch.
-                cover_end = len(group) > 1 and segment is group[-1]
+                cover_end = segment is covered
                 for part, part_batches in _clean_segment(
                         segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
                         retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified):
@@ -560,9 +570,15 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
                     size += len(part)
             writer.close()
         # The output was verified batch by batch (CRCs, offsets, records): index it from those batches
-        # rather than read it back, as recovery would index it.
-        cleaned.rebuild_indexes(np.concatenate(positions), np.concatenate(last_offsets),
-                                np.concatenate(max_timestamps), size)
+        # rather than read it back, as recovery would index it. A group whose records all went is
+        # one empty segment (Kafka's groups of emptied segments).
+        empty = np.empty(0, dtype=np.int64)
+        output_last_offsets = np.concatenate([empty, *last_offsets])
+        if len(output_last_offsets) and int(output_last_offsets[-1]) - base > MAX_INT:
+            raise CleanerError(f"{cleaned.log_path}: offset {int(output_last_offsets[-1])} does not fit a segment "
+                               f"based at {base} (at most {MAX_INT} offsets above it); nothing swapped")
+        cleaned.rebuild_indexes(np.concatenate([empty, *positions]), output_last_offsets,
+                                np.concatenate([empty, *max_timestamps]), size)
         for txn in tracker.cleaned_index_entries:
             cleaned.txn_index.append(txn)
         cleaned.close()

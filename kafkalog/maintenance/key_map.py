@@ -43,13 +43,17 @@ Bools = npt.NDArray[np.bool_]
 MAX_LOAD = 0.8
 CHUNK_ROWS = 1 << 18
 # The superseded bitmap costs a bit per offset of the range it tracks, in zero pages that only
-# become memory where records are; past this span (a sparse, compacted range) it is not kept.
+# become memory where records are; past this span (a sparse, compacted range) it is not kept. Nor is
+# it kept where it would outweigh the log it describes (a split round writes it to disk and reads it
+# back whole): a sparse range is answered by lookups instead.
 MAX_TRACKED_OFFSETS = 1 << 34
 
 
-def tracks_range(first: int, end: int) -> bool:
-    """Whether a map over ``[first, end)`` keeps a supersession bitmap of it."""
-    return 0 < end - first <= MAX_TRACKED_OFFSETS
+def tracks_range(first: int, end: int, range_bytes: int | None = None) -> bool:
+    """Whether a map over ``[first, end)``, whose segments hold ``range_bytes``, keeps a supersession
+    bitmap of it."""
+    span = end - first
+    return 0 < span <= MAX_TRACKED_OFFSETS and (range_bytes is None or span // 8 <= max(range_bytes, 1 << 20))
 
 
 class _Supersession:
@@ -87,11 +91,12 @@ class _Supersession:
 class KeyMap(_Supersession):
     """Exact key → latest offset. With ``tracked`` = ``(first, end)``, it also records which offsets
     of that range are superseded by a later offset of their key, so ``superseded`` answers rows that
-    were inserted without probing the table again. With ``parts`` > 1 it holds only the keys that
+    were inserted without probing the table again (unless the range is too sparse for its segments'
+    ``range_bytes``, ``tracks_range``). With ``parts`` > 1 it holds only the keys that
     ``part`` owns by hash (one of the parts a ``HashedKeyMap`` answers from)."""
 
     def __init__(self, capacity: int = 1 << 16, tracked: tuple[int, int] | None = None, *, part: int = 0,
-                 parts: int = 1) -> None:
+                 parts: int = 1, range_bytes: int | None = None) -> None:
         if not 0 <= part < parts:
             raise ValueError(f"key map part {part} of {parts}")
         self.part, self.parts = part, parts
@@ -102,7 +107,7 @@ class KeyMap(_Supersession):
         self.latest_offset = -1
         self.records = 0
         first, end = tracked or (0, 0)
-        span = end - first if tracks_range(first, end) else 0
+        span = end - first if tracks_range(first, end, range_bytes) else 0
         self._tracked_base = first
         self._superseded = np.zeros((span + 63) // 64, dtype=np.uint64)  # calloc: untouched pages are free
         self._inserted = (-1, -1)  # the first and last offset of the rows offered to the map

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kafka_log import DAY, T0, ScenarioLog
+from kafka_log import DAY, MAX_INT, T0, ScenarioLog
 
 SURFACES = ["cli", "spark-tasks"]
 
@@ -52,3 +52,56 @@ def test_aborted_transaction_spanning_segments(tmp_path: Path, surface: str) -> 
         assert [b.records for b in log.batches()] == [0, 1]
         assert log.aborted_txns() == [(1, 0, 1, 2)]
         assert all(b.delete_horizon_ms is None for b in log.batches())
+
+
+def _segments_fit_their_base(log: ScenarioLog) -> None:
+    """Every segment's batches lie within its base offset + 2^31-1 (its index's relative offsets)."""
+    for batch in log.batches():
+        assert 0 <= batch.last_offset - batch.segment <= MAX_INT, batch
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+def test_segment_grouping_span_is_measured_from_the_group_s_first_segment(tmp_path: Path, surface: str) -> None:
+    """LogCleanerTest.testSegmentGroupingWithSparseOffsets, through a cleaning round: segments at 0,
+    2^30 and 2^31-10 (holding 2^31+50) are not cleaned into one segment based at 0, whose index could
+    not address 2^31+50; 0 and 2^30 may share one (2^31-11 - 0 fits)."""
+    log = ScenarioLog(tmp_path, cleanup_policy="compact")
+    log.append([("a", "1")])
+    log.roll(2**30)
+    log.append([("b", "1")], base_offset=2**30)
+    log.roll(2**31 - 10)
+    log.append([("c", "1")], base_offset=2**31 + 50)
+    log.roll(2**31 + 100)
+    log.append([("d", "1")], base_offset=2**31 + 100)
+    log.clean(T0, surface=surface)
+    assert log.segment_bases() == [0, 2**31 - 10, 2**31 + 100]
+    assert log.offsets_in_log() == [0, 2**30, 2**31 + 50, 2**31 + 100]
+    _segments_fit_their_base(log)
+    assert log.verify().code == 0
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+def test_segment_grouping_with_sparse_offsets_and_empty_segments(tmp_path: Path, surface: str) -> None:
+    """LogCleanerTest.testSegmentGroupingWithSparseOffsetsAndEmptySegments: three segments at 0, 2^31
+    and 2^32, each with "key" at its base and base + 2^31-1, the active one at 3 * 2^31. The first
+    round empties the first two (each a group of its own: their spans do not fit one); the next round
+    groups the two empty segments and cleans them into one empty segment."""
+    log = ScenarioLog(tmp_path, cleanup_policy="compact")
+    for i in range(3):
+        base = i * 2**31
+        if i:
+            log.roll(base)
+        log.append([("key", "val")], base_offset=base)
+        log.append([("key", "val")], base_offset=base + MAX_INT)
+    log.roll(3 * 2**31)
+    log.append([("key", "val")], base_offset=3 * 2**31)
+    assert log.segment_bases() == [0, 2**31, 2**32, 3 * 2**31]
+    log.clean(T0, surface=surface)
+    assert log.segment_bases() == [0, 2**31, 2**32, 3 * 2**31]
+    assert [(b.segment, b.last_offset) for b in log.batches()] == [(2**32, 2**32 + MAX_INT), (3 * 2**31, 3 * 2**31)]
+    log.clean(T0 + 1, surface=surface)
+    assert log.segment_bases() == [0, 2**32, 3 * 2**31]  # the two empty segments are one now
+    assert (log.directory / "00000000000000000000.log").stat().st_size == 0
+    assert log.offsets_in_log() == [2**32 + MAX_INT, 3 * 2**31]
+    _segments_fit_their_base(log)
+    assert log.verify().code == 0

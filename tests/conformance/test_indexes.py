@@ -101,7 +101,7 @@ def test_lookup_extreme_cases(tmp_path: Path) -> None:
     assert index.lookup(BASE + 1) == (BASE + 1, 0)
 
 
-def test_offset_index_test_entry(tmp_path: Path) -> None:
+def test_offset_index_entry(tmp_path: Path) -> None:
     """OffsetIndexTest.testEntry: slot i of an index filled with (base + i, i) reads back as that pair,
     in memory and from the file (whose first entry, relative offset 0 at position 0, is all zeros)."""
     index = offset_index(tmp_path)
@@ -114,7 +114,7 @@ def test_offset_index_test_entry(tmp_path: Path) -> None:
     assert offset_entries(reopened) == [(BASE + i, i) for i in range(MAX_ENTRIES)]
 
 
-def test_offset_index_test_entry_overflow(tmp_path: Path) -> None:
+def test_offset_index_entry_overflow(tmp_path: Path) -> None:
     """OffsetIndexTest.testEntryOverflow: reading slot 0 of an empty index fails. Kafka throws
     IllegalArgumentException; kafkalog raises IndexError."""
     index = offset_index(tmp_path)
@@ -261,7 +261,7 @@ def test_look_up(tmp_path: Path) -> None:
     assert len(lines) == MAX_ENTRIES - 1
 
 
-def test_time_index_test_entry(tmp_path: Path) -> None:
+def test_time_index_entry(tmp_path: Path) -> None:
     """TimeIndexTest.testEntry: slots 0–3 hold (10, 55), (20, 65), (30, 75), (40, 85)."""
     index = time_index(tmp_path)
     append_time_entries(index, MAX_ENTRIES - 1)
@@ -270,7 +270,7 @@ def test_time_index_test_entry(tmp_path: Path) -> None:
     assert decode_time_index(index.path, BASE)[:4] == [(10, 55), (20, 65), (30, 75), (40, 85)]
 
 
-def test_time_index_test_entry_overflow(tmp_path: Path) -> None:
+def test_time_index_entry_overflow(tmp_path: Path) -> None:
     """TimeIndexTest.testEntryOverflow: slot 0 of an empty time index cannot be read (Kafka:
     IllegalArgumentException; kafkalog: IndexError)."""
     index = time_index(tmp_path)

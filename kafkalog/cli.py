@@ -22,6 +22,7 @@ from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation, con
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.journal import new_run_id
 from kafkalog.pipeline import plans
+from kafkalog.policy.log_cleaner import CLEANER_DISABLED
 
 
 def _split_config(items: Sequence[str] | None) -> dict[str, str]:
@@ -366,6 +367,11 @@ def cmd_retention(args: argparse.Namespace) -> int:
         total = sum(seg["bytes"] for p in partitions for seg in p["segments"])
         count = sum(len(p["segments"]) for p in partitions)
         print(f"{count} segments ({total} bytes) {verb} in {len(plan['partitions'])} partitions at now_ms={now_ms}")
+        # Once per topic: with no log cleaner running, compacted topics get no retention at all.
+        unretained = {p["topic"]: b for p in plan["partitions"] for b in p["blocked_by"]
+                      if b.startswith(f"{CLEANER_DISABLED}:")}
+        for topic, reason in sorted(unretained.items()):
+            print(f"{topic}: no retention: {reason}")
         for failure in failures:
             print(f"kafkalog: error: {failure['topic']}-{failure['partition']}: {failure['error']}", file=sys.stderr)
     return 1 if failures else 0
@@ -446,6 +452,9 @@ def cmd_compact(args: argparse.Namespace) -> int:
                 print(f"{c['topic']}-{c['partition']}: would clean [{c['first_dirty_offset']}, "
                       f"{c['first_uncleanable_offset']}) dirty ratio {c['dirty_ratio']:.3f}, "
                       f"{c['cleanable_bytes']} cleanable bytes")
+        unclean = [n["reason"] for n in plan["not_selected"] if n["kind"] == CLEANER_DISABLED]
+        if unclean:
+            print(f"{len(unclean)} compacted partitions not cleaned: {unclean[0]}")
         print(f"{len(done['cleaned'])} partitions cleaned, {len(errors)} failed")
         for failure in errors:
             print(f"kafkalog: error: {failure['topic']}-{failure['partition']}: {failure['error']}", file=sys.stderr)

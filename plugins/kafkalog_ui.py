@@ -131,12 +131,19 @@ def what_if(body: WhatIf, request: Request) -> dict[str, Any]:
 
 
 def _compact_conf(topic: str, partition: int) -> dict[str, Any]:
-    """The run's conf, after checking the partition exists and its topic is compacted."""
+    """The run's conf, after checking the partition exists, its topic is compacted and the broker config
+    runs a log cleaner (the run would be refused otherwise)."""
+    from kafkalog.policy.log_cleaner import require_cleaner
+
     spec, store = _store()
     detail.locate(store, topic, partition)
     if not store.log_config(topic).compact:
         raise HTTPException(409, f"topic {topic!r} is not compacted (cleanup.policy="
                                  f"{','.join(sorted(store.log_config(topic).cleanup_policy))})")
+    try:
+        require_cleaner(store.broker)
+    except KafkaLogError as exc:
+        raise HTTPException(409, str(exc)) from None
     return {"log_dirs": list(spec.log_dirs), "config_file": spec.config_file, "topic": topic,
             "partitions": [partition]}
 

@@ -33,6 +33,7 @@ from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore, configured_broker_file, configured_log_dirs
 from kafkalog.maintenance.journal import new_run_id
 from kafkalog.pipeline.plans import apply_checkpoint_resets, plan_compaction, read_compaction_plan, write_json
+from kafkalog.policy.log_cleaner import require_cleaner
 
 # cleaning_tasks is imported where used: numba, which comes with it, reads NUMBA_CACHE_DIR (set by `run`) then.
 
@@ -502,6 +503,8 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
         now_ms, wall_now_ms = resolve_clocks(args, plan, int(t0 * 1000))
         doc.update(now_ms=now_ms, wall_now_ms=wall_now_ms)
         store, broker_properties = open_store(args)
+        if plan is not None:
+            require_cleaner(store.broker)  # a plan is explicit compaction (--topic is refused by plan_compaction)
         doc["log_dirs"] = log_dirs = [str(d) for d in store.log_dirs]
         # Beside the first log dir unless given; the probe checks that every executor can write them.
         beside = store.log_dirs[0].parent

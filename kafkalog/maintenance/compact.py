@@ -7,6 +7,7 @@ left untouched; the others are still cleaned (``CompactReport.failures``).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,10 @@ from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import checkpoint, names
 from kafkalog.log.lock import log_dir_lock
 from kafkalog.log.snapshot import LogDirCheckpoints, LogSnapshot, snapshot_for_compaction
-from kafkalog.log.store import METADATA_TOPICS, LogStore
+from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation
 from kafkalog.maintenance.cleaner import CleanResult, clean_partition
 from kafkalog.policy.compaction import CompactionPlan, LogToClean, log_to_clean, select_logs_to_clean
+from kafkalog.policy.log_cleaner import cleaner_disabled_by, require_cleaner
 
 
 @dataclass
@@ -33,6 +35,7 @@ def snapshot_compacted_logs(store: LogStore, topic: str | None = None,
                             partition: int | None = None) -> tuple[list[LogSnapshot], list[dict[str, Any]]]:
     """Compaction snapshots of the candidate logs, and the partitions that could not be read."""
     checkpoints = {d: LogDirCheckpoints.read(d) for d in store.log_dirs}
+    cleaner_runs = cleaner_disabled_by(store.broker) is None
     snapshots: list[LogSnapshot] = []
     failures: list[dict[str, Any]] = []
     for location in store.partitions(topic, partition):
@@ -41,9 +44,9 @@ def snapshot_compacted_logs(store: LogStore, topic: str | None = None,
             continue
         try:
             config = store.log_config(tp.topic)
-            if not config.compact:
-                # The cleaner manager never opens a log whose policy excludes compaction; it is
-                # listed only so the plan can say why it is not cleaned.
+            if not config.compact or not cleaner_runs:
+                # The cleaner manager never opens a log whose policy excludes compaction, and without a
+                # cleaner there is no cleaner manager; the log is listed only so the plan can say why.
                 snapshots.append(LogSnapshot(tp.topic, tp.partition, location.log_dir, config, (), 0, 0, 0, 0))
                 continue
             snapshots.append(snapshot_for_compaction(location.log_dir, tp.topic, tp.partition,
@@ -67,11 +70,12 @@ def choose_logs(store: LogStore, *, now_ms: int, topic: str | None = None, parti
                 byte_budget: int | None = None, among_topics: Collection[str] | None = None) -> Selection:
     """With a topic named (and optionally partitions), every cleanable range of it whatever the dirty
     ratio (the "compact now" Kafka users ask for); otherwise what the cleaner manager selects, among
-    ``among_topics`` when given. A named topic must exist and be compacted, and named partitions must
-    exist: anything else is refused."""
+    ``among_topics`` when given. A named topic must exist and be compacted, named partitions must
+    exist, and the broker config must run a log cleaner: anything else is refused."""
     if partitions is not None and topic is None:
         raise KafkaLogError("partitions need a topic")
     if topic is not None:
+        require_cleaner(store.broker)
         info = store.topic(topic)  # a clear error for an unknown topic
         config = store.log_config(topic)
         if not config.compact:
@@ -89,7 +93,7 @@ def choose_logs(store: LogStore, *, now_ms: int, topic: str | None = None, parti
         wanted = set(partitions)
         snapshots = [s for s in snapshots if s.partition in wanted]
         failures = [f for f in failures if f["partition"] in wanted]
-    plan = select_logs_to_clean(snapshots, now_ms, byte_budget=byte_budget)
+    plan = select_logs_to_clean(snapshots, now_ms, broker=store.broker, byte_budget=byte_budget)
     if topic is not None:
         chosen = [c for c in (log_to_clean(s, now_ms) for s in snapshots if s.config.compact) if c.cleanable_bytes > 0]
     else:
@@ -118,19 +122,42 @@ def compact(store: LogStore, *, now_ms: int, topic: str | None = None, partition
 
 
 def clean_ranges(store: LogStore, ranges: Sequence[tuple[str, int, int, int]], *, now_ms: int,
-                 wall_now_ms: int | None = None, run_id: str = "") -> tuple[list[CleanResult], list[dict[str, Any]]]:
-    """Clean each ``(topic, partition, first_dirty, first_uncleanable)`` in this process; a partition
-    that fails is reported and left untouched, the others are still cleaned."""
-    cleaned: list[CleanResult] = []
+                 wall_now_ms: int | None = None, run_id: str = "",
+                 threads: int | None = None) -> tuple[list[CleanResult], list[dict[str, Any]]]:
+    """Clean each ``(topic, partition, first_dirty, first_uncleanable)`` in this process, up to ``threads``
+    (default: the broker's ``log.cleaner.threads``) partitions at a time, as each of Kafka's cleaner
+    threads cleans one log at a time. Results come in the order of ``ranges``; a partition that fails
+    is reported and left untouched, the others are still cleaned. No cleaner runs without a thread."""
+    if ranges:
+        require_cleaner(store.broker)
+    threads = store.broker.log_cleaner_threads if threads is None else threads
     failures: list[dict[str, Any]] = []
+    todo: list[tuple[PartitionLocation, int, int]] = []
     for topic, partition, first_dirty, first_uncleanable in ranges:
         try:
+            # Here, not in the threads: the store fills its topic and config caches on first use.
             location = store.locate(topic, partition)
-            cleaned.append(clean_partition(store, location, first_dirty, first_uncleanable, now_ms=now_ms,
-                                           wall_now_ms=wall_now_ms, run_id=run_id))
+            store.log_config(topic)
+            todo.append((location, first_dirty, first_uncleanable))
         except (KafkaLogError, OSError) as exc:
             failures.append({"topic": topic, "partition": partition, "error": str(exc)})
-    return cleaned, failures
+
+    def clean(item: tuple[PartitionLocation, int, int]) -> CleanResult | dict[str, Any]:
+        location, first_dirty, first_uncleanable = item
+        try:
+            return clean_partition(store, location, first_dirty, first_uncleanable, now_ms=now_ms,
+                                   wall_now_ms=wall_now_ms, run_id=run_id)
+        except (KafkaLogError, OSError) as exc:
+            tp = location.topic_partition
+            return {"topic": tp.topic, "partition": tp.partition, "error": str(exc)}
+
+    if threads > 1 and len(todo) > 1:
+        with ThreadPoolExecutor(min(threads, len(todo)), thread_name_prefix="kafkalog-log-cleaner") as pool:
+            outcomes = list(pool.map(clean, todo))
+    else:
+        outcomes = [clean(item) for item in todo]
+    failures += [o for o in outcomes if isinstance(o, dict)]
+    return [o for o in outcomes if isinstance(o, CleanResult)], failures
 
 
 def apply_checkpoint_resets(store: LogStore, plan: CompactionPlan) -> None:

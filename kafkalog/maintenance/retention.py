@@ -55,7 +55,7 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
         config = store.log_config(tp.topic)
         fresh = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, config,
                                             store.log_dir_checkpoints(location.log_dir), now_ms=plan.now_ms),
-                               plan.now_ms)
+                               plan.now_ms, broker=store.broker)
         todo = [s for s in fresh.segments if s.base_offset <= cut]
         mark_ms = wall_clock_ms()
         rolled = False

@@ -135,7 +135,7 @@ def partition_view(store: LogStore, topic: str, partition: int, now_ms: int, *, 
     except (KafkaLogError, OSError) as exc:
         doc["error"] = f"corrupt: {exc}"
         return doc
-    plan = None if topic in METADATA_TOPICS else plan_retention(snapshot, now_ms)
+    plan = None if topic in METADATA_TOPICS else plan_retention(snapshot, now_ms, broker=store.broker)
     now_deleted = {s.base_offset: s for s in plan.segments} if plan else {}
     by_time = plan is not None and config.delete and config.retention_ms >= 0
     waits_until: int | None = None  # retention walks from the oldest segment: a segment waits for those before it

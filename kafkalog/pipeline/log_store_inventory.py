@@ -29,7 +29,7 @@ from kafkalog.errors import KafkaLogError
 from kafkalog.log import names
 
 if TYPE_CHECKING:
-    from kafkalog.log.config import LogConfig
+    from kafkalog.log.config import BrokerConfig, LogConfig
     from kafkalog.log.snapshot import LogDirCheckpoints, LogSnapshot
     from kafkalog.log.store import LogStore, PartitionLocation
 
@@ -189,7 +189,8 @@ def _stat_or_missing(path: str) -> os.stat_result | None:
         return None
 
 
-def status_row(location: PartitionLocation, config: LogConfig, taken: _Snapshots, now_ms: int) -> Row:
+def status_row(location: PartitionLocation, config: LogConfig, taken: _Snapshots, now_ms: int,
+               broker: BrokerConfig) -> Row:
     """``tools.status.status_rows``' row for one partition, from its (possibly reused) snapshots."""
     from kafkalog.log.store import METADATA_TOPICS
     from kafkalog.policy.compaction import log_to_clean, select_logs_to_clean
@@ -213,7 +214,7 @@ def status_row(location: PartitionLocation, config: LogConfig, taken: _Snapshots
     if tp.topic in METADATA_TOPICS:
         row["blocked_by"] = ["policy: the KRaft metadata log is trimmed by its snapshots, not by retention"]
         return row
-    plan = plan_retention(snapshot, now_ms)
+    plan = plan_retention(snapshot, now_ms, broker=broker)
     row.update(deletable_bytes=plan.bytes, blocked_by=[str(b) for b in plan.blocked_by])
     compaction = taken.compaction
     if isinstance(compaction, Exception):
@@ -222,7 +223,8 @@ def status_row(location: PartitionLocation, config: LogConfig, taken: _Snapshots
         target = log_to_clean(compaction, now_ms)
         row.update(first_dirty_offset=target.first_dirty_offset, dirty_ratio=round(target.dirty_ratio, 4),
                    cleanable_bytes=target.cleanable_bytes)
-        row["blocked_by"] += [f"compaction {n}" for n in select_logs_to_clean([compaction], now_ms).not_selected]
+        waiting = select_logs_to_clean([compaction], now_ms, broker=broker).not_selected
+        row["blocked_by"] += [f"compaction {n}" for n in waiting]
     return row
 
 
@@ -250,7 +252,7 @@ def build_inventory(store: LogStore, now_ms: int, memo: SnapshotMemo, journals: 
     for location in store.partitions():
         config = store.log_config(location.topic_partition.topic)
         taken = memo.snapshots(location, config, checkpoints[location.log_dir], cleaners[location.log_dir])
-        rows.append(status_row(location, config, taken, now_ms))
+        rows.append(status_row(location, config, taken, now_ms, store.broker))
         seen.add((str(location.log_dir), location.topic_partition.topic, location.topic_partition.partition))
     for gone in set(memo.entries) - seen:
         del memo.entries[gone]

@@ -112,7 +112,7 @@ def _plan_retention_share(store: Any, locations: Sequence[Any], *, now_ms: int) 
         try:
             snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
                                     checkpoints[location.log_dir], now_ms=now_ms)
-            plan = plan_one(snapshot, now_ms)
+            plan = plan_one(snapshot, now_ms, broker=store.broker)
         except (KafkaLogError, OSError) as exc:
             errors.append(error_entry(tp.topic, tp.partition, str(exc)))
             continue
@@ -262,9 +262,13 @@ def read_compaction_plan(path: Path | str) -> Doc:
 
 def compact_planned(store: Any, plan: Doc, *, run_id: str, wall_now_ms: int | None = None) -> Doc:
     """Carry a compaction plan out in this process (the Spark job is the other way): its checkpoint
-    resets, then each selected range. Returns what was cleaned and what failed."""
+    resets, then each selected range. Returns what was cleaned and what failed. A plan that would
+    change something is refused while the broker config runs no log cleaner."""
     from kafkalog.maintenance.compact import clean_ranges
+    from kafkalog.policy.log_cleaner import require_cleaner
 
+    if plan["selected"] or plan.get("checkpoint_resets"):
+        require_cleaner(store.broker)
     apply_checkpoint_resets(store, plan)
     ranges = [(s["topic"], s["partition"], s["first_dirty_offset"], s["first_uncleanable_offset"])
               for s in plan["selected"]]

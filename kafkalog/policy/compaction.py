@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from kafkalog.errors import ConfigError, KafkaLogError
+from kafkalog.log.config import BrokerConfig
 from kafkalog.log.snapshot import NOT_READ, LogSnapshot, SegmentSnapshot
+from kafkalog.policy.log_cleaner import CLEANER_DISABLED, cleaner_disabled_by
 
 MAX_LONG = 2**63 - 1
 
 # What sets the first uncleanable offset (``limited_by``).
 Limit = Literal["active-segment", "open-transaction", "high-watermark", "min-compaction-lag"]
 # Why a log is not in ``CompactionPlan.selected``.
-ReasonKind = Literal["policy", "nothing-to-clean", "below-min-cleanable-dirty-ratio", "min-compaction-lag",
-                     "open-transaction", "high-watermark", "active-segment", "byte-budget", "max-logs"]
+ReasonKind = Literal["policy", "cleaner-disabled", "nothing-to-clean", "below-min-cleanable-dirty-ratio",
+                     "min-compaction-lag", "open-transaction", "high-watermark", "active-segment", "byte-budget",
+                     "max-logs"]
 # Why a log is eligible (``LogToClean.trigger``).
 Trigger = Literal["dirty-ratio", "max-compaction-lag"]
 
@@ -69,7 +72,7 @@ class NotSelected:
     partition: int
     kind: ReasonKind
     detail: str
-    log: LogToClean | None = None  # None only for kind "policy": Kafka never computes a range there
+    log: LogToClean | None = None  # None only for kinds "policy" and "cleaner-disabled": no range is computed
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.detail}"
@@ -184,8 +187,8 @@ def dirty_ratio(log: LogSnapshot, now_ms: int) -> float:
     return log_to_clean(log, now_ms).dirty_ratio
 
 
-def select_logs_to_clean(logs: Sequence[LogSnapshot], now_ms: int, *, byte_budget: int | None = None,
-                         max_logs: int | None = None) -> CompactionPlan:
+def select_logs_to_clean(logs: Sequence[LogSnapshot], now_ms: int, *, broker: BrokerConfig | None = None,
+                         byte_budget: int | None = None, max_logs: int | None = None) -> CompactionPlan:
     """Every eligible compacted log, filthiest (highest dirty ratio) first, ties by (topic, partition).
 
     Eligible as in ``grabFilthiestCompactedLog``: ``dirty_ratio > min.cleanable.dirty.ratio``, or
@@ -194,7 +197,8 @@ def select_logs_to_clean(logs: Sequence[LogSnapshot], now_ms: int, *, byte_budge
     count within ``max_logs``, stopping at the first that does not fit: a smaller, cleaner log never
     jumps ahead of a dirtier one. The first log is taken even if it alone exceeds ``byte_budget``, or
     a log larger than the budget would never be cleaned. ``checkpoint_resets`` lists the checkpoint
-    entries Kafka rewrites while choosing, for selected and unselected logs alike.
+    entries Kafka rewrites while choosing, for selected and unselected logs alike. When ``broker``
+    (default: Kafka's defaults) runs no log cleaner, nothing is chosen and no checkpoint is rewritten.
     """
     if byte_budget is not None and byte_budget < 0:
         raise ConfigError(f"byte_budget={byte_budget}: must be at least 0 (or None for no limit)")
@@ -203,11 +207,16 @@ def select_logs_to_clean(logs: Sequence[LogSnapshot], now_ms: int, *, byte_budge
     ranked: list[tuple[LogToClean, LogSnapshot]] = []
     skipped: list[tuple[NotSelected, LogSnapshot]] = []
     resets: list[tuple[CheckpointReset, LogSnapshot]] = []
+    off = cleaner_disabled_by(broker) if broker is not None else None
     for log in logs:
         if not log.config.compact:
             policy = ",".join(sorted(log.config.cleanup_policy))
             skipped.append((NotSelected(log.topic, log.partition, "policy",
                                         f"cleanup.policy={policy} does not include compact"), log))
+            continue
+        if off is not None:
+            skipped.append((NotSelected(log.topic, log.partition, CLEANER_DISABLED,
+                                        f"{off}: no log cleaner runs, so no log is compacted"), log))
             continue
         candidate = log_to_clean(log, now_ms)
         if candidate.checkpoint_reset:

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kafkalog.log.config import BrokerConfig
 from kafkalog.log.snapshot import LogSnapshot, SegmentSnapshot
+from kafkalog.policy.log_cleaner import CLEANER_DISABLED, cleaner_disabled_by
 
 LOG_START_OFFSET = "log-start-offset"
 RETENTION_BYTES = "retention.bytes"
@@ -31,8 +33,8 @@ class DeletableSegment(NamedTuple):  # tuples: one or more per partition of ever
 class Blocker(NamedTuple):
     """Why a retention pass stopped: ``kind`` is one of the documented ``blocked_by`` kinds."""
 
-    kind: str  # policy | unlimited | high-watermark | active-segment | below-retention.bytes |
-    #            retention.bytes | retention.ms | future-timestamp | log-start-offset
+    kind: str  # policy | cleaner-disabled | unlimited | high-watermark | active-segment |
+    #            below-retention.bytes | retention.bytes | retention.ms | future-timestamp | log-start-offset
     detail: str
     segment_base_offset: int | None = None
     until_ms: int | None = None  # for retention.ms: when the segment becomes deletable
@@ -61,8 +63,15 @@ class RetentionPlan:
         return not self.segments
 
 
-def plan_retention(log: LogSnapshot, now_ms: int) -> RetentionPlan:
+def plan_retention(log: LogSnapshot, now_ms: int, *, broker: BrokerConfig | None = None) -> RetentionPlan:
+    """``deleteOldSegments`` for ``log`` at ``now_ms``. ``broker`` (default: Kafka's defaults) says whether
+    a log cleaner runs; a compacted log's retention runs in it and nowhere else (spec §8.1)."""
     config = log.config
+    off = cleaner_disabled_by(broker) if broker is not None and config.compact else None
+    if off is not None:
+        return RetentionPlan(log.topic, log.partition, now_ms, (), False, log.log_start_offset, log.log_start_offset,
+                             (Blocker(CLEANER_DISABLED, f"{off}: no log cleaner runs, and a compacted topic's "
+                                                        "retention runs in the log cleaner"),))
     remaining = list(log.segments)
     log_start_offset = log.log_start_offset
     planned: list[DeletableSegment] = []

@@ -76,7 +76,7 @@ def run_demo(directory: Path, out: TextIO) -> int:
     for location in store.partitions("demo-events"):
         tp = location.topic_partition
         plan = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
-                                           now_ms=now_ms), now_ms)
+                                           now_ms=now_ms), now_ms, broker=store.broker)
         out.write(f"  {tp}: {len(plan.segments)} segments ({plan.bytes} bytes) deletable; "
                   f"waiting: {'; '.join(str(b) for b in plan.blocked_by) or '-'}\n")
     result = compact(store, now_ms=now_ms, topic="demo-changelog")

@@ -50,7 +50,7 @@ def _status_rows(store: LogStore, locations: Sequence[PartitionLocation], *, now
         if tp.topic in METADATA_TOPICS:
             row["blocked_by"] = ["policy: the KRaft metadata log is trimmed by its snapshots, not by retention"]
         else:
-            plan = plan_retention(snapshot, now_ms)
+            plan = plan_retention(snapshot, now_ms, broker=store.broker)
             row.update(deletable_bytes=plan.bytes, blocked_by=[str(b) for b in plan.blocked_by])
             if config.compact:
                 try:
@@ -63,7 +63,7 @@ def _status_rows(store: LogStore, locations: Sequence[PartitionLocation], *, now
                 target = log_to_clean(compaction, now_ms)
                 row.update(first_dirty_offset=target.first_dirty_offset, dirty_ratio=round(target.dirty_ratio, 4),
                            cleanable_bytes=target.cleanable_bytes)
-                waiting = select_logs_to_clean([compaction], now_ms).not_selected
+                waiting = select_logs_to_clean([compaction], now_ms, broker=store.broker).not_selected
                 row["blocked_by"] += [f"compaction {n}" for n in waiting]
         rows.append(row)
     return rows

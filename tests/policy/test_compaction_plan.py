@@ -398,6 +398,22 @@ def test_only_compacted_logs_are_candidates(policy, candidate) -> None:
     assert (reasons(plan) == {("t", 0): "policy"}) is not candidate
 
 
+@pytest.mark.parametrize(("broker", "key"), [({"log.cleaner.enable": "false"}, "log.cleaner.enable=false"),
+                                             ({"log.cleaner.threads": "0"}, "log.cleaner.threads=0")])
+def test_no_log_is_selected_when_no_cleaner_runs(broker, key) -> None:
+    # LogManager creates the LogCleaner only with log.cleaner.enable=true, and LogCleaner.startup starts
+    # log.cleaner.threads threads: with none, no log is chosen and no checkpoint is rewritten.
+    logs = [make_log(filthy(25), checkpoint=20), make_log([Seg(9, 3 * R)], checkpoint=0, log_start=2, partition=1),
+            make_log(filthy(25), config(cleanup_policy="delete"), topic="d")]
+    assert order(select_logs_to_clean(logs, NOW, broker=BrokerConfig.from_properties({}))) == [("t", 0)]
+    plan = select_logs_to_clean(logs, NOW, broker=BrokerConfig.from_properties(broker))
+    assert plan.selected == () and plan.checkpoint_resets == ()
+    assert [(n.topic, n.partition, str(n), n.log) for n in plan.not_selected] == [
+        ("d", 0, "policy: cleanup.policy=delete does not include compact", None),
+        ("t", 0, f"cleaner-disabled: {key}: no log cleaner runs, so no log is compacted", None),
+        ("t", 1, f"cleaner-disabled: {key}: no log cleaner runs, so no log is compacted", None)]
+
+
 def test_compact_delete_log_below_log_start_is_reset_and_cleaned() -> None:
     log = make_log(filthy(25), config(cleanup_policy="compact,delete"), checkpoint=5, log_start=11)
     [c] = select_logs_to_clean([log], NOW).selected

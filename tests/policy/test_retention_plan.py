@@ -384,6 +384,33 @@ def test_compact_delete_gets_log_start_size_and_time(policy) -> None:
     assert reasons(plan) == [LSO, MS, MS]
 
 
+# --- log.cleaner.enable / log.cleaner.threads (spec §8.1, §10.1) ---------------------------------------
+
+
+@pytest.mark.parametrize(("broker", "key"), [({"log.cleaner.enable": "false"}, "log.cleaner.enable=false"),
+                                             ({"log.cleaner.threads": "0"}, "log.cleaner.threads=0")])
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+def test_a_compacted_log_gets_no_retention_when_no_cleaner_runs(broker, key, policy) -> None:
+    # Kafka's LogManager.cleanupLogs skips compacted logs; their retention runs in the cleaner threads,
+    # which log.cleaner.enable=false never creates and log.cleaner.threads=0 never starts.
+    cfg = config(cleanup_policy=policy, retention_ms=10000, retention_bytes=0)
+    log = make_log(five_record_segments(3, ts=10), cfg, log_start=5)  # every pass would delete
+    assert not plan_retention(log, NOW, broker=BrokerConfig.from_properties({})).empty
+    plan = plan_retention(log, NOW, broker=BrokerConfig.from_properties(broker))
+    assert plan.empty and not plan.roll_first and plan.log_start_offset_after == 5
+    assert plan.blocked_by == (Blocker("cleaner-disabled", f"{key}: no log cleaner runs, and a compacted "
+                                       "topic's retention runs in the log cleaner"),)
+    assert str(plan.blocked_by[0]) == (f"cleaner-disabled: {key}: no log cleaner runs, and a compacted topic's "
+                                       "retention runs in the log cleaner")
+
+
+def test_a_delete_log_keeps_its_retention_when_no_cleaner_runs() -> None:
+    log = make_log(five_record_segments(3, ts=10), config(retention_ms=10000))
+    off = BrokerConfig.from_properties({"log.cleaner.enable": "false"})
+    assert plan_retention(log, NOW, broker=off) == plan_retention(log, NOW)
+    assert bases(plan_retention(log, NOW, broker=off)) == [0, 5, 10]
+
+
 # --- future timestamps -------------------------------------------------------------------------------
 
 

@@ -42,6 +42,12 @@ LOW_RETENTION: dict[str, str | int | float] = {"cleanup_policy": "compact", "ret
                                                "min_cleanable_dirty_ratio": 0.05}
 
 
+
+@pytest.fixture(autouse=True)
+def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These scenarios are about what is written, not its durability: skip the fsyncs (slow here)."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
 # --- the partitions, as Kafka's test builds them ----------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -238,11 +239,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     store = _store(args)
-    results: list[dict[str, Any]] = []
-    failures: list[str] = []
-    # One partition's problem does not stop the others' recovery; checkpoints are written once at the end.
-    with store.batched_checkpoints():
-        _recover_all(args, store, results, failures)
+    # Kafka loads each log dir's partitions on num.recovery.threads.per.data.dir threads.
+    processes = args.processes or store.broker.num_recovery_threads_per_data_dir * len(store.log_dirs)
+    done = shares.map_shares(partial(_recover_share, store, full=args.full), store.partitions(), processes)
+    results = [r for share, _ in done for r in share]
+    failures = [f for _, share in done for f in share]
     if args.json:
         _emit_json({"partitions": results, "errors": failures}, sys.stdout)
     else:
@@ -257,26 +258,32 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _recover_all(args: argparse.Namespace, store: LogStore, results: list[dict[str, Any]],
-                 failures: list[str]) -> None:
-    for location in store.partitions():
-        tp = location.topic_partition
-        try:
-            # A partition Kafka's loader would open as it is is left alone, unlocked and unread.
-            end = None if args.full else store.clean_log_end(location)
-            if end is not None:
-                results.append({"topic": tp.topic, "partition": tp.partition, "recovered_segments": [],
-                                "truncated_bytes": 0, "actions": [], "log_end_offset": end})
-                continue
-            with store.writable_log(location, truncate_corrupt=True, revalidate_all=args.full) as log:
-                report = log.load_report
-                results.append({"topic": tp.topic, "partition": tp.partition,
-                                "recovered_segments": list(report.recovered_segments),
-                                "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
-                                "log_end_offset": log.log_end_offset})
-        except (KafkaLogError, OSError) as exc:
-            failures.append(f"{tp}: {exc}")
-            results.append({"topic": tp.topic, "partition": tp.partition, "error": str(exc)})
+def _recover_share(store: LogStore, locations: Sequence[PartitionLocation], *,
+                   full: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """Recover ``locations`` (one process's share). One partition's problem does not stop the others';
+    the share's checkpoints are written once, at its end, by the process that recovered it."""
+    results: list[dict[str, Any]] = []
+    failures: list[str] = []
+    with store.batched_checkpoints():
+        for location in locations:
+            tp = location.topic_partition
+            try:
+                # A partition Kafka's loader would open as it is is left alone, unlocked and unread.
+                end = None if full else store.clean_log_end(location)
+                if end is not None:
+                    results.append({"topic": tp.topic, "partition": tp.partition, "recovered_segments": [],
+                                    "truncated_bytes": 0, "actions": [], "log_end_offset": end})
+                    continue
+                with store.writable_log(location, truncate_corrupt=True, revalidate_all=full) as log:
+                    report = log.load_report
+                    results.append({"topic": tp.topic, "partition": tp.partition,
+                                    "recovered_segments": list(report.recovered_segments),
+                                    "truncated_bytes": report.truncated_bytes, "actions": list(report.notes),
+                                    "log_end_offset": log.log_end_offset})
+            except (KafkaLogError, OSError) as exc:
+                failures.append(f"{tp}: {exc}")
+                results.append({"topic": tp.topic, "partition": tp.partition, "error": str(exc)})
+    return results, failures
 
 
 # --- retention, journal, status -----------------------------------------------------------------
@@ -537,6 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true",
                    help="re-validate every segment, not only those past the recovery point, and truncate each log "
                         "at its first corrupt batch (what `verify` finds)")
+    p.add_argument("--processes", type=_positive_int, metavar="N",
+                   help=f"recover on up to N processes, each at least {shares.MIN_PARTITIONS_PER_PROCESS} "
+                        "partitions (default: num.recovery.threads.per.data.dir for each log dir)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recover)
 

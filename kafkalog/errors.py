@@ -33,7 +33,12 @@ class InvalidOffsetError(KafkaLogError):
 
 
 class OffsetOverflowError(KafkaLogError):
-    """An offset does not fit in a segment's 32-bit relative offset (LogSegmentOffsetOverflowException)."""
+    """An offset does not fit in a segment's 32-bit relative offset (LogSegmentOffsetOverflowException);
+    ``segment_base`` names the segment where it was found in one already written."""
+
+    def __init__(self, message: str, segment_base: int | None = None) -> None:
+        super().__init__(message)
+        self.segment_base = segment_base
 
 
 class RecordBatchTooLargeError(KafkaLogError):

@@ -11,6 +11,7 @@ For this store the high watermark is the durable log end: everything appended an
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import stat
@@ -26,6 +27,7 @@ from kafkalog.errors import (
     InvalidOffsetError,
     KafkaLogError,
     LogLockedError,
+    OffsetOverflowError,
     RecordBatchTooLargeError,
 )
 from kafkalog.format import batch as fmt
@@ -39,6 +41,7 @@ from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.producer_snapshot import read_producer_snapshot, write_producer_snapshot
 from kafkalog.log.producer_state import ProducerState
 from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
+from kafkalog.log.split import split_overflowed_segment
 from kafkalog.log.swap import mark_deleted
 
 READ_REOPENS = 8  # how often a reader follows segments renamed under it before it gives up
@@ -92,14 +95,24 @@ class LocalLog:
         it load again, a bounded number of times; it reads no segment data until asked (the log end
         offset, a max timestamp, the stand-in for an unusable index): a reader that reads every batch
         itself (``verify``) or stops early (``consume --max-records``) reads each byte at most once."""
+        split: set[int] = set()
         for attempt in range(READ_REOPENS if read_only else 1):
-            try:
-                return cls._open(directory, config, log_start_offset=log_start_offset, recovery_point=recovery_point,
-                                 had_clean_shutdown=had_clean_shutdown, read_only=read_only,
-                                 truncate_corrupt=truncate_corrupt)
-            except FileNotFoundError:
-                if attempt + 1 == READ_REOPENS or not read_only:
-                    raise
+            while True:
+                try:
+                    return cls._open(directory, config, log_start_offset=log_start_offset,
+                                     recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                                     read_only=read_only, truncate_corrupt=truncate_corrupt)
+                except FileNotFoundError:
+                    if attempt + 1 == READ_REOPENS or not read_only:
+                        raise
+                    break
+                except OffsetOverflowError as exc:
+                    # Kafka's loader splits such a segment and loads again (``retryOnOffsetOverflow``).
+                    if read_only or exc.segment_base is None or exc.segment_base in split:
+                        raise
+                    split.add(exc.segment_base)
+                    with cleaner_lock(Path(directory), timeout_s=0):
+                        split_overflowed_segment(Path(directory), exc.segment_base)
         raise AssertionError("unreachable")
 
     @classmethod
@@ -134,8 +147,7 @@ class LocalLog:
                 notes.append("a cleaner is running: its in-flight files are left alone")
         view = visible_files(directory, plan)
         segments: list[LogSegment] = []
-        recovered: list[int] = []
-        truncated = 0
+        rebuild: list[LogSegment] = []  # segments whose indexes are missing or corrupt
         for name in sorted(view):
             parsed = names.parse_segment_file_name(name)
             if parsed is None or parsed.suffix == names.LOG_SUFFIX or parsed.suffix == names.SNAPSHOT_SUFFIX:
@@ -153,42 +165,54 @@ class LocalLog:
             if not _indexes_sane(segment):
                 notes.append(f"segment {parsed.base_offset}: index missing or corrupt, rebuilt"
                              + (" in memory" if read_only else ""))
-                if read_only:
-                    segment.rebuild_in_memory()
-                else:
-                    truncated += segment.recover(truncate_corrupt=truncate_corrupt)
-                    recovered.append(parsed.base_offset)
+                rebuild.append(segment)
             segments.append(segment)
         log = cls(directory, topic_partition, config, segments, log_start_offset,
-                  recovery_point if recovery_point is not None else 0, read_only,
-                  LoadReport(tuple(notes), tuple(recovered), truncated))
-        if not read_only:
-            if segments:  # checked before recovery writes anything, and again after it
-                checkpoint.check_log_start_offset(directory, log_start_offset, segments[-1].read_next_offset())
-            log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt)
-            if not log._segments:
-                log._segments.append(log._new_segment(log_start_offset))
-            log._remove_stray_snapshots(view, notes)
-            log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
-            log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
-            checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
-        elif segments:
-            log.log_start_offset = max(log_start_offset, segments[0].base_offset)
-            if log_start_offset > segments[-1].base_offset:  # else it is below the end without reading it
-                checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
+                  recovery_point if recovery_point is not None else 0, read_only, LoadReport(tuple(notes), (), 0))
+        if read_only:
+            for segment in rebuild:
+                segment.rebuild_in_memory(functools.partial(log.producer_state_at, segment.base_offset))
+            if segments:
+                log.log_start_offset = max(log_start_offset, segments[0].base_offset)
+                if log_start_offset > segments[-1].base_offset:  # else it is below the end without reading it
+                    checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
+            return log
+        if segments:  # checked before recovery writes anything, and again after it
+            checkpoint.check_log_start_offset(directory, log_start_offset, segments[-1].read_next_offset())
+        recovered: list[int] = []
+        truncated = 0
+        carried, carried_to = None, -1  # the producer state after the segment recovered last, and its offset
+        for segment in rebuild:  # in offset order, each from the producer state at its base
+            state = carried if carried is not None and carried_to == segment.base_offset \
+                else log.producer_state_at(segment.base_offset)
+            truncated += segment.recover(state, truncate_corrupt=truncate_corrupt)
+            carried, carried_to = state, segment.read_next_offset()
+            recovered.append(segment.base_offset)
+        log.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
+        log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt)
+        if not log._segments:
+            log._segments.append(log._new_segment(log_start_offset))
+        log._remove_stray_snapshots(view, notes)
+        log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
+        log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
+        checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
         return log
 
     def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],
                            truncate_corrupt: bool) -> None:
         """Re-validate segments past the recovery point; cut the log at the first invalid batch."""
         truncated = self.load_report.truncated_bytes
+        state: ProducerState | None = None  # at the next segment's base, while segments are recovered in a row
         for i, segment in enumerate(list(self._segments)):
             is_last = i == len(self._segments) - 1
             unflushed = not had_clean_shutdown and segment.read_next_offset() > self.recovery_point
             torn = is_last and _has_torn_tail(segment)
             if not (unflushed or torn) or segment.base_offset in recovered:
+                state = None
                 continue
-            cut = segment.recover(truncate_corrupt=truncate_corrupt)
+            if state is None:
+                state = self.producer_state_at(segment.base_offset)
+            cut = segment.recover(state, truncate_corrupt=truncate_corrupt)
             recovered.append(segment.base_offset)
             if cut:
                 truncated += cut
@@ -268,22 +292,30 @@ class LocalLog:
         return self._producer_state
 
     def _load_producer_state(self) -> ProducerState:
+        return self.producer_state_at(self.log_end_offset)
+
+    def producer_state_at(self, offset: int) -> ProducerState:
+        """Producer state as of ``offset`` (a segment's base, or the log end): the newest snapshot at or
+        below it plus the batches from there up to it (``UnifiedLog.rebuildProducerState``)."""
         snapshots = sorted(
             (names.offset_from_file_name(p.name), p) for p in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}")
-            if names.offset_from_file_name(p.name) <= self.log_end_offset
+            if names.offset_from_file_name(p.name) <= offset
         )
         state, start = ProducerState(), self.log_start_offset
         if snapshots:
-            offset, path = snapshots[-1]
+            snapshot_offset, path = snapshots[-1]
             try:
-                state, start = ProducerState(read_producer_snapshot(path)), offset
+                state, start = ProducerState(read_producer_snapshot(path)), snapshot_offset
             except KafkaLogError:
                 state, start = ProducerState(), self.log_start_offset
         for segment in self._segments:
+            if segment.base_offset >= offset:
+                break
             if segment.read_next_offset() <= start:
                 continue
             for data, batches, _ in segment.scan_chunks():  # the active segment can be large: in chunks
-                for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)):
+                for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)
+                                        & (batches.base_offset < offset)):
                     state.update(summarize_batch(data, batches, int(i)))
         return state
 

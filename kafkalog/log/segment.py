@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -70,6 +70,7 @@ class LogSegment:
                                     settings.max_index_bytes)
         self._txn_index = TransactionIndex(names.txn_index_file(self.directory, base_offset, suffix), base_offset)
         self._rebuild_pending = False  # see rebuild_in_memory
+        self._producer_state_at_base: Callable[[], ProducerState] = ProducerState
         self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
         self.bytes_since_last_index_entry = 0
         last_ts, last_ts_offset = self.time_index.last_entry()
@@ -159,7 +160,7 @@ class LogSegment:
         index points at nothing complete the whole file is scanned instead.
         """
         _, position = self.offset_index.lookup(1 << 62)
-        if position > self.size:  # an index pointing past the data: trust only the log
+        if not 0 <= position <= self.size:  # an index pointing outside the data: trust only the log
             position = 0
         batches = self.scan_valid(position)
         if not len(batches) and position > 0:
@@ -251,9 +252,13 @@ class LogSegment:
     def recover(self, producer_state: ProducerState | None = None, *, truncate_corrupt: bool = True) -> int:
         """Rebuild every index from the ``.log`` and cut it at the first invalid batch (§11.5).
 
-        Returns the number of bytes truncated. With ``truncate_corrupt=False`` only an incomplete
-        last batch (a torn write) may be cut; a complete batch that fails its checks raises
-        :class:`CorruptRecordError` before anything is changed.
+        ``producer_state`` is the partition's producer state at this segment's base offset (Kafka's
+        ``recoverSegment`` rebuilds it first): a transaction opened in an earlier segment and ended
+        by a marker in this one gets its true ``.txnindex`` entry. It is advanced through the
+        segment's batches. Returns the number of bytes truncated. With ``truncate_corrupt=False`` only
+        an incomplete last batch (a torn write) may be cut; a complete batch that fails its checks
+        raises :class:`CorruptRecordError` before anything is changed. Valid batches beyond the base
+        offset + ``MAX_INT`` raise :class:`OffsetOverflowError`, also before anything is changed.
         """
         state = producer_state if producer_state is not None else ProducerState()
         data = self.read_bytes()
@@ -264,8 +269,13 @@ class LogSegment:
                 f"{where}corrupt batch at byte {valid_bytes} with valid data after it; nothing was "
                 "changed (run `kafkalog recover` to truncate the log there, as Kafka's recovery would)"
             )
-        self.txn_index.reset()
         batches = scan_batches(data, 0, valid_bytes)
+        beyond = np.flatnonzero(batches.last_offset - self.base_offset > MAX_INT)
+        if len(beyond):  # valid records the index cannot address: the loader splits the segment
+            raise OffsetOverflowError(
+                f"{where}offset {int(batches.last_offset[beyond[0]])} does not fit the segment based at "
+                f"{self.base_offset} (at most {MAX_INT} offsets above it)", segment_base=self.base_offset)
+        self.txn_index.reset()
         for i in np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist():
             aborted = state.update(summarize_batch(data, batches, i))
             if aborted is not None:
@@ -276,22 +286,25 @@ class LogSegment:
         self.rebuild_indexes(batches.position, batches.last_offset, batches.max_timestamp, valid_bytes)
         return truncated
 
-    def rebuild_in_memory(self) -> None:
+    def rebuild_in_memory(self, producer_state_at_base: Callable[[], ProducerState] = ProducerState) -> None:
         """What :meth:`recover` would rebuild, for a read-only view that may not write. The offset and
         time index entries are dropped (an empty offset index is always correct: lookups scan from the
         segment's start). The max timestamp and the aborted transactions need the whole log read, so
         they are rebuilt when first asked for: readers that never ask (``consume``, ``verify``, which
-        reads every batch itself) do not read the segment twice."""
+        reads every batch itself) do not read the segment twice. ``producer_state_at_base`` gives
+        the partition's producer state at this segment's base, as :meth:`recover` takes it."""
         self.offset_index.forget_entries()
         self.time_index.forget_entries()
         self._rebuild_pending = True
+        self._producer_state_at_base = producer_state_at_base
 
     def _finish_rebuild_in_memory(self) -> None:
         self._rebuild_pending = False
         data = self.read_bytes()
         batches = scan_batches(data, 0, _framed_prefix(data))
-        state, aborted = ProducerState(), []
+        aborted = []
         if ((batches.attributes & fmt.CONTROL_MASK) != 0).any():  # only an ABORT marker makes an entry
+            state = self._producer_state_at_base()
             for i in np.flatnonzero((batches.magic >= 2) & (batches.producer_id >= 0)).tolist():
                 txn = state.update(summarize_batch(data, batches, i))
                 if txn is not None:
@@ -369,17 +382,17 @@ def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:
         # A length field below 14 somewhere: find how far the good framing goes.
         end = _framed_prefix(data)
         batches = scan_batches(data, 0, end)
-    # ensureValid per batch, and relative offsets must fit. The whole-segment check is one pass; only
-    # when it finds a problem are batches checked one by one to find the first bad one.
+    # ensureValid per batch, and no offset below the base. The whole-segment check is one pass; only
+    # when it finds a problem are batches checked one by one to find the first bad one. (Offsets past
+    # base + MAX_INT are valid records the index cannot address: ``recover`` refuses those whole.)
     arr = as_array(data)
     relative = batches.last_offset - base_offset
     # Offsets must also go up from batch to batch: a damaged base offset is not covered by the CRC.
     increasing = batches.base_offset[1:] > batches.last_offset[:-1]
-    if find_corrupt_batch(arr, batches, where) is None and ((relative >= 0) & (relative <= MAX_INT)).all() \
-            and increasing.all():
+    if find_corrupt_batch(arr, batches, where) is None and (relative >= 0).all() and increasing.all():
         return end
     for i in range(len(batches)):
-        relative_ok = 0 <= int(batches.last_offset[i]) - base_offset <= MAX_INT
+        relative_ok = int(batches.last_offset[i]) >= base_offset
         in_order = i == 0 or bool(increasing[i - 1])
         if not relative_ok or not in_order or find_corrupt_batch(arr, _slice_columns(batches, i), where) is not None:
             return int(batches.position[i])

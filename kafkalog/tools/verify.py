@@ -25,7 +25,7 @@ from kafkalog.errors import KafkaLogError
 from kafkalog.format import batch as fmt
 from kafkalog.format.scan import ColumnWorkspace, find_corrupt_batch, scan_records
 from kafkalog.log import checkpoint, names
-from kafkalog.log.index import OffsetIndex, TimeIndex
+from kafkalog.log.index import MAX_INT, OffsetIndex, TimeIndex
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.producer_snapshot import read_producer_snapshot
 from kafkalog.log.segment import LogSegment
@@ -193,6 +193,12 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
         if not chunk_at and int(bases[0]) < segment.base_offset:
             report.problems.append(f"{where}first batch offset {int(bases[0])} is below the segment base "
                                    f"offset {segment.base_offset}")
+        beyond = np.flatnonzero(lasts - segment.base_offset > MAX_INT)
+        if len(beyond):
+            report.problems.append(f"{where}offset {int(lasts[beyond[0]])} does not fit the segment based at "
+                                   f"{segment.base_offset} (its index holds at most {MAX_INT} offsets above the "
+                                   "base; `kafkalog recover --full` splits the segment into ones that fit, as "
+                                   "Kafka's loader does)")
         if not chunk_at and int(bases[0]) <= previous_last:
             report.problems.append(f"{where}offset {int(bases[0])} does not follow the previous segment's "
                                    f"last offset {previous_last}")

@@ -105,3 +105,77 @@ def test_segment_grouping_with_sparse_offsets_and_empty_segments(tmp_path: Path,
     assert log.offsets_in_log() == [2**32 + MAX_INT, 3 * 2**31]
     _segments_fit_their_base(log)
     assert log.verify().code == 0
+
+
+def _without_txn_indexes(log: ScenarioLog) -> None:
+    """Kafka creates a ``.txnindex`` only when it has an entry: a directory may lack them all."""
+    for path in log.directory.glob("*.txnindex"):
+        path.unlink()
+
+
+def test_recovery_rebuilds_the_txn_index_of_a_transaction_opened_in_an_earlier_segment(tmp_path: Path) -> None:
+    """LogLoaderTest (recoverSegment rebuilds producer state up to the segment's base offset first):
+    an ABORT marker in segment 1 ends a transaction whose data is in segment 0, so the rebuilt
+    ``.txnindex`` of segment 1 holds AbortedTxn(pid 1, first 0, last 1, LSO 2); the cleaner then
+    removes the aborted record instead of refusing the partition."""
+    log = ScenarioLog(tmp_path, cleanup_policy="compact", segment_bytes=128)
+    log.txn(1, [("1", "x")])
+    log.roll()
+    log.abort(1)
+    log.roll()
+    expected = log.aborted_txns()
+    assert expected == [(1, 0, 1, 2)]
+    _without_txn_indexes(log)
+    log.recover(full=True)
+    assert log.aborted_txns() == expected
+    log.clean(T0)
+    assert log.keys_in_log() == []
+    assert log.last_offsets_per_batch() == [0, 1]
+
+
+def test_recovery_of_the_active_segment_indexes_an_abort_of_earlier_data(tmp_path: Path) -> None:
+    """The same with the ABORT marker in the active segment and producer 2's transaction open
+    across it: the entry's first offset is in segment 0 and its last stable offset is producer 2's
+    first offset, as Kafka writes them, so the aborted records are not kept as committed."""
+    log = ScenarioLog(tmp_path, cleanup_policy="compact", segment_bytes=128)
+    log.txn(1, [("a", "x")])  # 0
+    log.txn(2, [("b", "y")])  # 1
+    log.roll()
+    log.txn(1, [("c", "x")])  # 2
+    log.roll()
+    log.abort(1)  # 3, in the active segment
+    log.commit(2)  # 4
+    assert log.aborted_txns() == [(1, 0, 3, 1)]
+    _without_txn_indexes(log)
+    log.recover(full=True)
+    assert log.aborted_txns() == [(1, 0, 3, 1)]
+    log.roll()
+    log.clean(T0)
+    assert log.keys_in_log() == ["b"]
+
+
+def test_a_segment_holding_offsets_beyond_its_base_is_reported_and_split_not_truncated(tmp_path: Path) -> None:
+    """Kafka's loader splits a segment whose offsets do not fit its base + 2^31-1 (LogLoaderTest's
+    testSplitOnOffsetOverflow, spec §11.4): ``verify`` reports it and says how to fix it, and
+    ``recover --full`` splits it into segments that fit, losing nothing (truncating there would)."""
+    from kafkalog.format.batch import Record, build_batch
+    from kafkalog.log import names
+
+    log = ScenarioLog(tmp_path, cleanup_policy="compact")
+    log.append([("a", "1"), ("b", "2")])
+    log.roll(2**31 + 100)
+    log.append([("d", "4")], base_offset=2**31 + 100)
+    # What an older kafkalog's cleaner could write: 0.log holding an offset its index cannot address.
+    beyond = build_batch([Record(2**31 + 50, T0, b"c", b"3")], partition_leader_epoch=0)
+    with open(names.log_file(log.directory, 0), "ab") as f:
+        f.write(beyond)
+    result = log.verify()
+    assert result.code == 1
+    assert "offset 2147483698 does not fit the segment based at 0" in result.out + result.err
+    assert "kafkalog recover --full" in result.out + result.err
+    log.recover(full=True)
+    assert log.segment_bases() == [0, 2**31 + 50, 2**31 + 100]
+    assert log.offsets_in_log() == [0, 1, 2**31 + 50, 2**31 + 100]
+    assert log.keys_in_log() == ["a", "b", "c", "d"]
+    _segments_fit_their_base(log)
+    assert log.verify().code == 0

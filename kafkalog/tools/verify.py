@@ -193,9 +193,9 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
         if not chunk_at and int(bases[0]) < segment.base_offset:
             report.problems.append(f"{where}first batch offset {int(bases[0])} is below the segment base "
                                    f"offset {segment.base_offset}")
-        beyond = np.flatnonzero(lasts - segment.base_offset > MAX_INT)
-        if len(beyond):
-            report.problems.append(f"{where}offset {int(lasts[beyond[0]])} does not fit the segment based at "
+        unaddressable = np.flatnonzero(lasts - segment.base_offset > MAX_INT)
+        if len(unaddressable):
+            report.problems.append(f"{where}offset {int(lasts[unaddressable[0]])} does not fit the segment based at "
                                    f"{segment.base_offset} (its index holds at most {MAX_INT} offsets above the "
                                    "base; `kafkalog recover --full` splits the segment into ones that fit, as "
                                    "Kafka's loader does)")

@@ -28,6 +28,7 @@ from kafka_log import HOUR, T0, ScenarioLog
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.format.compression import CompressionType
 from kafkalog.log import checkpoint, names
+from kafkalog.log.store import PartitionLocation
 
 SURFACES = ["cli", "spark-tasks"]
 ALL_CODECS = list(CompressionType)
@@ -39,11 +40,11 @@ DEFAULT_MAX_MESSAGE_SIZE = 128
 DEFAULT_SEGMENT_SIZE = 2048
 
 
-
 @pytest.fixture(autouse=True)
 def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
     """These scenarios are about what is written, not its durability: skip the fsyncs (slow here)."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)
+
 
 def topic_configs(*, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, min_cleanable_dirty_ratio: float = 0.0,
                   min_compaction_lag_ms: int = 0, delete_delay_ms: int = 1000,
@@ -65,7 +66,7 @@ class Partition(ScenarioLog):
         self.partition = partition
 
     @property
-    def location(self):  # type: ignore[override]
+    def location(self) -> PartitionLocation:
         return self.store.locate(self.topic, self.partition)
 
     def cleaner_checkpoint(self) -> int | None:

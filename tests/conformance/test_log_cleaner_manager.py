@@ -32,6 +32,7 @@ from kafkalog.log import checkpoint, names
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.snapshot import LogSnapshot, snapshot_for_compaction
+from kafkalog.log.store import PartitionLocation
 from kafkalog.policy.compaction import CleanableRange, cleanable_range
 
 NOW = T0 + HOUR  # the clock of the manager's rounds: any time after the appends
@@ -40,7 +41,6 @@ LAG = HOUR  # the compactionLag of Kafka's min.compaction.lag scenarios
 # Kafka's createLowRetentionLogConfig (segment.bytes given per test)
 LOW_RETENTION: dict[str, str | int | float] = {"cleanup_policy": "compact", "retention_ms": 1,
                                                "min_cleanable_dirty_ratio": 0.05}
-
 
 
 @pytest.fixture(autouse=True)
@@ -54,12 +54,12 @@ def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
 class Partition(ScenarioLog):
     """Partition ``partition`` of a topic a :class:`ScenarioLog` created (that one is partition 0)."""
 
-    def __init__(self, log: ScenarioLog, partition: int) -> None:  # noqa: D107 - shares the topic's state
+    def __init__(self, log: ScenarioLog, partition: int) -> None:
         self.__dict__.update(log.__dict__)
         self.partition = partition
 
     @property
-    def location(self):  # type: ignore[override]
+    def location(self) -> PartitionLocation:
         return self.store.locate(self.topic, self.partition)
 
     def set_first_dirty(self, offset: int) -> None:

@@ -272,8 +272,8 @@ def test_grab_filthiest_compacted_log_throws_exception(tmp_path: Path) -> None:
 
 
 @pytest.mark.xfail(strict=True, reason="DIVERGENCE: a dirty segment whose first batch has an unknown magic "
-                                       "is selected by the plan (read as an empty segment) instead of "
-                                       "failing the choice as Kafka's getFirstBatchTimestamp does")
+                                       "is selected by the plan (its first batch timestamp read without a "
+                                       "magic check) instead of failing the choice as Kafka's does")
 def test_grab_filthiest_compacted_log_throws_exception_while_choosing(tmp_path: Path) -> None:
     """LogCleanerManagerTest.testGrabFilthiestCompactedLogThrowsException: the exception comes from
     choosing (the first batch timestamps), so the manager's plan itself names the log, not selected."""

@@ -15,8 +15,9 @@ import json
 import os
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
-from kafka_log import ScenarioLog
+from kafka_log import MAX_INT, ScenarioLog
 
 from kafkalog.format.batch import ControlType, Record, build_batch, end_txn_marker_batch
 from kafkalog.format.compression import CompressionType
@@ -130,6 +131,42 @@ def four_producer_scenario(log: ScenarioLog) -> None:
 
 
 FOUR_PRODUCER_ABORTED = [(1, 0, 29, 8), (2, 8, 74, 36)]  # (pid, first, last, last stable offset)
+
+
+# --- a log written by an old broker, with offsets past a segment's 2^31 - 1 range --------------------------
+def _overflow_batches(base: int) -> tuple[list[bytes], int]:
+    """``writeSampleBatches``: batches at base, base+1..base+2 and base + Int.MaxValue - 1 (keys and
+    values the offsets); returns them and base + Int.MaxValue."""
+    def batch(offsets: list[int]) -> bytes:
+        return build_batch([Record(o, -1, str(o).encode(), str(o).encode()) for o in offsets],
+                           partition_leader_epoch=0)
+    return [batch([base]), batch([base + 1, base + 2]), batch([base + MAX_INT - 1])], base + MAX_INT
+
+
+def log_with_offset_overflow(tmp_path: Path) -> tuple[ScenarioLog, list[int], list[tuple[int, list[bytes]]]]:
+    """``LogTestUtils.initializeLogDirWithOverflowedSegment``: three segments, the second holding offsets
+    more than Int.MaxValue past its base (written by an old broker). Returns the log, every key, and
+    the segments Kafka's split of the second one makes (base, batches)."""
+    log = ScenarioLog(tmp_path, index_interval_bytes=1, file_delete_delay_ms=1000)
+    for path in log.directory.glob("0*"):
+        path.unlink()
+    first, after_first = _overflow_batches(0)
+    second_a, middle = _overflow_batches(after_first)
+    second_b, after_second = _overflow_batches(middle)
+    third, _ = _overflow_batches(after_second)
+    for base, batches in ((0, first), (after_first, second_a + second_b), (after_second, third)):
+        names.log_file(log.directory, base).write_bytes(b"".join(batches))
+        names.index_file(log.directory, base).touch()
+        names.time_index_file(log.directory, base).touch()
+    keys = [int(r.key) for r in log.records()]
+    # Kafka's split: each new segment starts at its first batch and takes batches while they fit.
+    split = [(after_first, second_a + second_b[:1]), (middle + 1, second_b[1:])]
+    return log, keys, split
+
+
+def has_offset_overflow(log: ScenarioLog) -> bool:
+    return any(b.last_offset - b.segment > MAX_INT or b.base_offset < b.segment for b in log.batches())
+
 
 
 # --- surfaces ----------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@ dirty ratio: the "compact now" Kafka users ask for. Manual only.
 
 As Kafka's cleaner would, it never touches the active segment, never cleans past the last stable
 offset, and leaves records younger than ``min.compaction.lag.ms`` alone. A topic that is not
-compacted (``cleanup.policy`` without ``compact``) is refused by ``plan_compaction``.
+compacted (``cleanup.policy`` without ``compact``) is refused by ``plan_compaction``, and so is any
+topic while the broker file runs no log cleaner (``log.cleaner.enable=false`` or
+``log.cleaner.threads=0``).
 """
 
 from __future__ import annotations

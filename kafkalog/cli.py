@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import shares
@@ -139,11 +139,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.key_separator == "":
         raise KafkaLogError("--key-separator must not be empty (leave it out to write the whole line as the value)")
     config = store.log_config(args.topic)
-    earliest = now_ms - config.message_timestamp_before_max_ms
-    latest = now_ms + config.message_timestamp_after_max_ms
-    if config.message_timestamp_type == "CreateTime" and not earliest <= timestamp <= latest:
-        raise KafkaLogError(f"--timestamp-ms {timestamp} is outside the topic's accepted range "
-                            "(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+    if config.message_timestamp_type == "CreateTime":
+        side: Literal["before", "after"] = "before" if timestamp < now_ms else "after"
+        limit, limit_key = config.timestamp_limit_ms(side)
+        if abs(timestamp - now_ms) > limit:
+            raise KafkaLogError(f"--timestamp-ms {timestamp} is outside the topic's accepted range: more than "
+                                f"{limit_key}={limit} ms {side} now")
     from kafkalog.format.compression import CompressionType
     from kafkalog.tools.partitioner import default_partition
 

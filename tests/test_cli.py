@@ -214,6 +214,38 @@ def test_produce_refuses_to_cut_a_corrupt_batch_in_the_unflushed_tail(tmp_path: 
                     [str(segment), "corrupt batch", "kafkalog recover"], stdin="x\n")
 
 
+HOUR_MS = 3_600_000
+
+
+@pytest.mark.parametrize(("configs", "offset_ms", "refused_by"), [
+    # The deprecated difference.max.ms bounds a side whose own key is at its default (Kafka's LogConfig).
+    (["message.timestamp.difference.max.ms=3600000"], -2 * HOUR_MS, "message.timestamp.difference.max.ms=3600000 "
+                                                                      "ms before"),
+    (["message.timestamp.difference.max.ms=3600000"], 2 * HOUR_MS, "message.timestamp.difference.max.ms=3600000 "
+                                                                     "ms after"),
+    (["message.timestamp.difference.max.ms=3600000", "message.timestamp.before.max.ms=10800000"], -2 * HOUR_MS,
+     None),
+    (["message.timestamp.difference.max.ms=3600000", "message.timestamp.before.max.ms=10800000"], -4 * HOUR_MS,
+     "message.timestamp.before.max.ms=10800000 ms before"),
+    (["message.timestamp.after.max.ms=60000"], 2 * HOUR_MS, "message.timestamp.after.max.ms=60000 ms after"),
+    (["message.timestamp.difference.max.ms=3600000", "message.timestamp.type=LogAppendTime"], -2 * HOUR_MS, None)])
+def test_produce_checks_create_time_against_the_keys_in_effect(tmp_path: Path, configs: list[str], offset_ms: int,
+                                                              refused_by: str | None) -> None:
+    import time
+
+    _create(tmp_path, "t", 1, *configs)
+    before = tree_digest(tmp_path)
+    stamp = int(time.time() * 1000) + offset_ms
+    done = run_cli("produce", "--log-dir", str(tmp_path), "--topic", "t", "--timestamp-ms", str(stamp), stdin="v\n")
+    if refused_by is None:
+        assert done.code == 0, done.err
+        assert _consume(tmp_path) == ["null\tv"]
+        return
+    assert (done.code, done.err) == (1, f"kafkalog: error: --timestamp-ms {stamp} is outside the topic's accepted "
+                                        f"range: more than {refused_by} now\n")
+    assert tree_digest(tmp_path) == before
+
+
 # --- store: several log dirs, broker config file ---------------------------------------------------
 def test_new_partitions_go_to_the_log_dir_with_the_fewest_logs(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"

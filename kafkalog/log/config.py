@@ -454,6 +454,15 @@ class LogConfig:
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
+    def timestamp_limit_ms(self, side: Literal["before", "after"]) -> tuple[int, str]:
+        """How far a CreateTime timestamp may lie ``side`` the append time, and the key that says so:
+        ``message.timestamp.<side>.max.ms``, or the deprecated ``message.timestamp.difference.max.ms``
+        while that key is at its default (Kafka's LogConfig, for the deprecation period)."""
+        own = self.message_timestamp_before_max_ms if side == "before" else self.message_timestamp_after_max_ms
+        if own != MAX_LONG:
+            return own, f"message.timestamp.{side}.max.ms"
+        return self.message_timestamp_difference_max_ms, "message.timestamp.difference.max.ms"
+
     @classmethod
     def resolve(cls, broker: BrokerConfig, overrides: Mapping[str, str]) -> LogConfig:
         """Topic override > broker synonym chain > built-in default."""

@@ -408,19 +408,18 @@ def _write_segment(log: ScenarioLog, base: int, batches: list[bytes], suffix: st
     names.time_index_file(log.directory, base, suffix).write_bytes(b"")
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a segment holding offsets past base + Int.MaxValue is truncated "
-                                       "at load (its tail and every later segment lost) instead of split")
 def test_recovery_of_segment_with_offset_overflow(tmp_path: Path) -> None:
     """LogLoaderTest.testRecoveryOfSegmentWithOffsetOverflow: an unclean load splits the overflowed
     segment: every key is still there and no segment overflows."""
     log, keys, _ = log_with_offset_overflow(tmp_path)
     assert has_offset_overflow(log) and len(keys) == 16
+    found = log.verify()
+    assert found.code == 1 and "00000000002147483647.log: offset 4294967296 does not fit" in found.out
     _recover_and_check(log, keys)
     assert len(log.segment_bases()) == 4
+    assert log.verify().code == 0
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: the overflowed segment left after rolling back a split is "
-                                       "truncated at load instead of split again")
 def test_recovery_after_crash_during_split_phase1(tmp_path: Path) -> None:
     """LogLoaderTest.testRecoveryAfterCrashDuringSplitPhase1: a crash after the split wrote its new
     segments as (emptied) .cleaned files: the load deletes them, splits the segment itself, and the log
@@ -432,8 +431,6 @@ def test_recovery_after_crash_during_split_phase1(tmp_path: Path) -> None:
     assert len(log.segment_bases()) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: the overflowed segment left after rolling back a split is "
-                                       "truncated at load instead of split again")
 def test_recovery_after_crash_during_split_phase2(tmp_path: Path) -> None:
     """LogLoaderTest.testRecoveryAfterCrashDuringSplitPhase2: a crash after the last new segment was
     renamed .swap (the others still .cleaned): the split is rolled back, the load splits again."""
@@ -505,8 +502,6 @@ def _four_producers_in_segments(tmp_path: Path) -> ScenarioLog:
     return log
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE (known, being fixed): a segment's .txnindex is rebuilt from empty "
-                                       "producer state, not the state at its base offset")
 def test_full_transaction_index_recovery(tmp_path: Path) -> None:
     """LogLoaderTest.testFullTransactionIndexRecovery: with every offset and transaction index deleted,
     a load from 0 rebuilds the aborted transactions (1, 0, 29, 8) and (2, 8, 74, 36), whose data lie in

@@ -14,14 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kafka_log import T0, ScenarioLog
+from kafka_log import MAX_INT, T0, ScenarioLog
 from log_port_helpers import (
     FOUR_PRODUCER_ABORTED,
     TxnAppender,
     append_raw,
     four_producer_scenario,
+    has_offset_overflow,
     kbatch,
     kbatch_of,
+    log_with_offset_overflow,
     producers,
     read_only,
     retention,
@@ -383,3 +385,45 @@ def test_last_stable_offset_does_not_exceed_log_start_offset_after_segment_delet
     retention(log, T0)
     assert log.segment_bases() == [8]
     assert first_unstable_offset(log) == 8
+
+
+# --- splitting a segment whose offsets overflow its base + 2^31 - 1 (spec §11.4) -----------------------------
+def test_split_on_offset_overflow(tmp_path: Path) -> None:
+    """UnifiedLogTest.testSplitOnOffsetOverflow: a log whose second segment overflows (``verify`` names
+    it) is split: 4 segments, the same records, no overflow. (Kafka calls ``splitOverflowedSegment``;
+    kafkalog splits in ``recover --full``.)"""
+    log, keys, _ = log_with_offset_overflow(tmp_path)
+    assert has_offset_overflow(log) and log.verify().code == 1
+    before = [(r.offset, r.key, r.value) for r in log.records()]
+    log.recover(full=True)
+    assert len(log.segment_bases()) == 4
+    assert [(r.offset, r.key, r.value) for r in log.records()] == before
+    assert not has_offset_overflow(log) and log.verify().code == 0
+
+
+def _degenerate_split(tmp_path: Path, batches: list[bytes]) -> ScenarioLog:
+    """``testDegenerateSplitSegmentWithOverflow``: one segment at 0 holding only ``batches`` (index files
+    present, so a plain load does not recover it), split: one segment remains, based at the first
+    batch's base offset, with the same records and no overflow."""
+    log = ScenarioLog(tmp_path, index_interval_bytes=1, file_delete_delay_ms=1000)
+    names.log_file(log.directory, 0).write_bytes(b"".join(batches))
+    assert has_offset_overflow(log)
+    before = [(r.offset, r.value) for r in log.records()]
+    log.recover(full=True)
+    assert log.segment_bases() == [parse_header(batches[0]).base_offset]
+    assert [(r.offset, r.value) for r in log.records()] == before
+    assert not has_offset_overflow(log)
+    return log
+
+
+def test_degenerate_segment_split(tmp_path: Path) -> None:
+    """UnifiedLogTest.testDegenerateSegmentSplit: every batch of the segment overflows (at Int.MaxValue + 1
+    and + 2): the split makes one segment, based at Int.MaxValue + 1."""
+    overflow = MAX_INT + 1
+    _degenerate_split(tmp_path, [kbatch(overflow, b"a"), kbatch(overflow + 1, b"b")])
+
+
+def test_degenerate_segment_split_with_out_of_range_batch_last_offset(tmp_path: Path) -> None:
+    """UnifiedLogTest.testDegenerateSegmentSplitWithOutOfRangeBatchLastOffset: the only batch starts at
+    Int.MaxValue - 1 (in range) and ends past it: the split makes one segment based at Int.MaxValue - 1."""
+    _degenerate_split(tmp_path, [kbatch_of(MAX_INT - 1, [b"a", b"b", b"c"])])

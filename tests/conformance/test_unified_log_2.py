@@ -23,6 +23,7 @@ from log_port_helpers import (
     has_offset_overflow,
     kbatch,
     kbatch_of,
+    leader_epochs,
     log_with_offset_overflow,
     producers,
     read_only,
@@ -427,3 +428,25 @@ def test_degenerate_segment_split_with_out_of_range_batch_last_offset(tmp_path: 
     """UnifiedLogTest.testDegenerateSegmentSplitWithOutOfRangeBatchLastOffset: the only batch starts at
     Int.MaxValue - 1 (in range) and ends past it: the split makes one segment based at Int.MaxValue - 1."""
     _degenerate_split(tmp_path, [kbatch_of(MAX_INT - 1, [b"a", b"b", b"c"])])
+
+
+# --- appends with offsets already assigned --------------------------------------------------------------------
+def test_append_with_out_of_order_offsets_throws_exception(tmp_path: Path) -> None:
+    """UnifiedLogTest.testAppendWithOutOfOrderOffsetsThrowsException: batches at 0, 1, 3, 2, 4: the one
+    at 2, below the log end, is refused (OffsetsOutOfOrderException). Kafka refuses the whole message
+    set at once; kafkalog appends batch by batch, so 0, 1 and 3 are in."""
+    from kafkalog.errors import InvalidOffsetError
+
+    log = ScenarioLog(tmp_path)
+    append_raw(log, [kbatch(0, b"value", b"key"), kbatch(1, b"value", b"key"), kbatch(3, b"value", b"key")])
+    with pytest.raises(InvalidOffsetError):
+        append_raw(log, [kbatch(2, b"value", b"key")])
+    assert log.last_offsets_per_batch() == [0, 1, 3]
+
+
+def test_follower_should_save_epoch_information_from_replicated_messages_to_the_epoch_cache(tmp_path: Path) -> None:
+    """UnifiedLogTest.followerShouldSaveEpochInformationFromReplicatedMessagesToTheEpochCache: 50 batches
+    stamped with partition leader epoch 42 make 42 the latest epoch, starting at offset 0."""
+    log = ScenarioLog(tmp_path)
+    append_raw(log, [kbatch(i, str(i).encode(), epoch=42) for i in range(50)])
+    assert leader_epochs(log) == [(42, 0)]

@@ -31,6 +31,7 @@ class BatchSummary:
     is_transactional: bool
     control_type: int | None = None  # ControlType of a control batch's record, else None
     coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    is_control: bool = False  # a control batch, with or without its record
 
 
 class ProducerState:
@@ -48,45 +49,45 @@ class ProducerState:
         return ongoing[0] if ongoing else None
 
     def update(self, batch: BatchSummary) -> AbortedTxn | None:
-        """Apply one batch; return the aborted transaction an ABORT marker completes, if any."""
+        """Apply one batch (``ProducerAppendInfo.append``); return the aborted transaction an ABORT
+        marker completes, if any."""
         if batch.producer_id < 0:
+            return None
+        if batch.is_control and batch.control_type is None:
+            # An emptied marker: the cleaner removed its whole transaction, there is nothing to end. The
+            # producer is known from here on, with nothing else known of it (``ProducerStateEntry.empty``).
+            self.producers.setdefault(batch.producer_id, ProducerSnapshotEntry(
+                producer_id=batch.producer_id, producer_epoch=-1, last_sequence=-1, last_offset=-1, offset_delta=0,
+                timestamp_ms=-1, coordinator_epoch=NO_COORDINATOR_EPOCH, current_txn_first_offset=-1))
             return None
         previous = self.producers.get(batch.producer_id)
         txn_first = previous.current_txn_first_offset if previous else -1
-        coordinator_epoch = previous.coordinator_epoch if previous else NO_COORDINATOR_EPOCH
-        aborted = None
-        if batch.control_type in (ControlType.COMMIT, ControlType.ABORT):
-            first = txn_first
-            txn_first = -1
-            coordinator_epoch = batch.coordinator_epoch
-            if batch.control_type == ControlType.ABORT and first >= 0:
+        # A new epoch forgets the producer's last batch (``maybeUpdateProducerEpoch``).
+        kept = previous if previous is not None and previous.producer_epoch == batch.producer_epoch else None
+        if batch.control_type is not None:
+            # A marker ends the transaction; the last *data* batch (what the cleaner must keep for the
+            # producer, Kafka's lastDataOffset) stays as it was, unless the epoch moved on.
+            aborted = None
+            if batch.control_type == ControlType.ABORT and txn_first >= 0:
                 others = [e.current_txn_first_offset for pid, e in self.producers.items()
                           if pid != batch.producer_id and e.current_txn_first_offset >= 0]
                 lso = min(others) if others else batch.last_offset + 1
-                aborted = AbortedTxn(batch.producer_id, first, batch.last_offset, lso)
-            last_sequence = previous.last_sequence if previous else -1
-        else:
-            if batch.is_transactional and txn_first < 0:
-                txn_first = batch.first_offset
-            last_sequence = batch.last_sequence
-        if batch.control_type is not None:
-            # A marker changes the transaction state only; the last *data* batch (what the cleaner
-            # must keep for the producer, Kafka's lastDataOffset) stays as it was.
-            entry = ProducerSnapshotEntry(
+                aborted = AbortedTxn(batch.producer_id, txn_first, batch.last_offset, lso)
+            self.producers[batch.producer_id] = ProducerSnapshotEntry(
                 producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-                last_sequence=previous.last_sequence if previous else -1,
-                last_offset=previous.last_offset if previous else -1,
-                offset_delta=previous.offset_delta if previous else 0,
-                timestamp_ms=previous.timestamp_ms if previous else batch.max_timestamp,
-                coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first)
-        else:
-            entry = ProducerSnapshotEntry(
-                producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
-                last_sequence=last_sequence, last_offset=batch.last_offset,
-                offset_delta=batch.last_offset - batch.first_offset, timestamp_ms=batch.max_timestamp,
-                coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first)
-        self.producers[batch.producer_id] = entry
-        return aborted
+                last_sequence=kept.last_sequence if kept else -1, last_offset=kept.last_offset if kept else -1,
+                offset_delta=kept.offset_delta if kept else 0, timestamp_ms=batch.max_timestamp,
+                coordinator_epoch=batch.coordinator_epoch, current_txn_first_offset=-1)
+            return aborted
+        if batch.is_transactional and txn_first < 0:
+            txn_first = batch.first_offset
+        self.producers[batch.producer_id] = ProducerSnapshotEntry(
+            producer_id=batch.producer_id, producer_epoch=batch.producer_epoch, last_sequence=batch.last_sequence,
+            last_offset=batch.last_offset, offset_delta=batch.last_offset - batch.first_offset,
+            timestamp_ms=batch.max_timestamp,
+            coordinator_epoch=previous.coordinator_epoch if previous else NO_COORDINATOR_EPOCH,
+            current_txn_first_offset=txn_first)
+        return None
 
     def snapshot_entries(self) -> list[ProducerSnapshotEntry]:
         return [self.producers[pid] for pid in sorted(self.producers)]

@@ -439,6 +439,7 @@ def summarize_batch(data: bytes | memoryview, batches: BatchColumns, i: int) -> 
         is_transactional=bool(attributes & fmt.TRANSACTIONAL_MASK),
         control_type=control_type,
         coordinator_epoch=coordinator_epoch,
+        is_control=bool(attributes & fmt.CONTROL_MASK),
     )
 
 

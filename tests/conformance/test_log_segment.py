@@ -395,8 +395,6 @@ def test_recover_transaction_index(tmp_path: Path) -> None:
     assert state.first_unstable_offset() is None
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: segment recovery rebuilds .txnindex from empty producer "
-                                       "state, not the state at the segment's base offset")
 def test_recover_transaction_index_txn_begun_in_earlier_segment(tmp_path: Path) -> None:
     """LogSegmentTest.testRecoverTransactionIndex, second half, through ``kafkalog recover``: a
     transaction begun in segment 0 and aborted in segment 1; segment 1's indexes are lost and

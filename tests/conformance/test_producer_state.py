@@ -178,8 +178,6 @@ def test_no_validation_on_first_entry_when_loading_log(tmp_path: Path) -> None:
     assert last.last_offset - last.offset_delta == 735
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a marker with a bumped producer epoch keeps the previous "
-                                       "epoch's last batch (sequence/offset) instead of clearing it")
 def test_control_record_bumps_producer_epoch(tmp_path: Path) -> None:
     """ProducerStateManagerTest.testControlRecordBumpsProducerEpoch: an ABORT marker at epoch 1 after a
     batch at epoch 0 bumps the epoch and clears the batch: no open transaction, first and last sequence
@@ -243,8 +241,6 @@ def test_accept_append_with_sequence_gaps_on_replica(tmp_path: Path) -> None:
     assert producers(log)[PID].last_sequence == 3
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: an empty control batch (a marker the cleaner emptied) is "
-                                       "taken as transactional data and opens a transaction")
 def test_append_empty_control_batch(tmp_path: Path) -> None:
     """ProducerStateManagerTest.testAppendEmptyControlBatch: an empty control batch (what the cleaner
     leaves of a marker, pid 23423 at offset 15) starts no transaction: the producer has an entry and
@@ -408,8 +404,6 @@ def test_recover_from_snapshot_finished_transaction(tmp_path: Path) -> None:
     assert log.aborted_txns() == [(PID, 0, 2, 3)]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a transaction marker does not update the producer's last "
-                                       "timestamp (the snapshot's timestamp field)")
 def test_recover_from_snapshot_finished_transaction_snapshot_bytes(tmp_path: Path) -> None:
     """ProducerStateManagerTest.testRecoverFromSnapshotFinishedTransaction, the snapshot Kafka writes
     for it: a marker sets the entry's last timestamp to its own (``ProducerStateEntry.update`` at
@@ -438,8 +432,6 @@ def test_recover_from_snapshot_empty_transaction(tmp_path: Path) -> None:
     assert log.aborted_txns() == []
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a marker with a bumped producer epoch keeps the previous "
-                                       "epoch's last batch (sequence/offset) instead of clearing it")
 def test_producer_state_after_fencing_abort_marker(tmp_path: Path) -> None:
     """ProducerStateManagerTest.testProducerStateAfterFencingAbortMarker: a transaction at 0 (epoch 0)
     aborted at 1 by a fencing marker (epoch 1): the transaction is closed (``.txnindex`` entry (1, 0, 1,

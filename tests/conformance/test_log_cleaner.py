@@ -706,7 +706,7 @@ def assert_round_refused(log: ScenarioLog, surface: str, match: str) -> None:
         assert match in errors[0]["error"], errors
         assert json.loads(result.out)["cleaned"] == []
     else:
-        with pytest.raises((KafkaLogError, AssertionError), match=match):
+        with pytest.raises(KafkaLogError, match=match):
             log.compact(T0, surface=surface)
     assert digest(log.directory) == before
     assert log.cleaner_checkpoint() in (None, 0)
@@ -723,7 +723,7 @@ def test_message_larger_than_max_message_size_with_corrupt_header(tmp_path: Path
     with open(first, "r+b") as f:
         f.seek(16)  # Records.MAGIC_OFFSET
         f.write(b"\xff")
-    assert_round_refused(log, surface, "magic")
+    assert_round_refused(log, surface, "invalid magic 255")
 
 
 @pytest.mark.parametrize("surface", SURFACES)
@@ -734,7 +734,7 @@ def test_corrupt_message_size_larger_than_bytes_available(tmp_path: Path, surfac
     kafkalog refuses the partition and changes nothing."""
     log, _ = large_message_log(tmp_path, monkeypatch)
     os.truncate(names.log_file(log.directory, 0), 1024)
-    assert_round_refused(log, surface, "bytes")
+    assert_round_refused(log, surface, "1024 bytes of an incomplete batch")
 
 
 # --- keys, deletes, statistics ---------------------------------------------------------------------------

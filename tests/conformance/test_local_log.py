@@ -324,7 +324,7 @@ def test_offset_from_file(tmp_path: Path) -> None:
         assert names.offset_from_file_name(path.name) == 23423423
 
 
-def test_log_append_reads_back_through_kafka_python(tmp_path: Path) -> None:
+def test_log_append_read_back_by_kafka_python(tmp_path: Path) -> None:
     """LocalLogTest.testLogAppend, read back by an independent reader: the batch appended at 0 is one
     CRC-valid v2 batch holding (abc, ABC) and (de, DE)."""
     log = ScenarioLog(tmp_path)

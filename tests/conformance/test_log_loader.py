@@ -626,7 +626,7 @@ def test_log_start_offset_when_remote_storage_is_enabled(tmp_path: Path) -> None
     assert status(log, T0)["log_start_offset"] == 5
 
 
-def test_txn_marker_only_segments_load(tmp_path: Path) -> None:
+def test_full_transaction_index_recovery_of_a_marker_only_segment(tmp_path: Path) -> None:
     """LogLoaderTest.testFullTransactionIndexRecovery (the marker-only edge): a segment holding nothing but
     an ABORT marker whose transaction started in the previous segment keeps the right .txnindex entry
     when the log is loaded without recovery."""

@@ -141,7 +141,7 @@ def test_should_delete_start_offset_breached_segments_when_policy_does_not_inclu
 
 def test_log_deletion_after_delete_records(tmp_path: Path) -> None:
     """UnifiedLogTest.testLogDeletionAfterDeleteRecords: log start offset 1, 6, 15 leave 3, 2, 1
-    segments; the log start offset is what was asked."""
+    segments; the log start offset is what was asked, and a read from 0 starts there."""
     log = _five_per_segment(tmp_path)
     append_singletons(log, 15)
     assert log.segment_bases() == [0, 5, 10] and status(log, T0)["log_start_offset"] == 0
@@ -150,6 +150,7 @@ def test_log_deletion_after_delete_records(tmp_path: Path) -> None:
         retention(log, T0)
         assert len(log.segment_bases()) == segments, start
         assert status(log, T0)["log_start_offset"] == start
+        assert [offset for offset, _, _ in consume(log)] == list(range(start, 15))  # reads start there
     assert log.segment_bases() == [10]  # the last segment has no successor: a log start breach never takes it
 
 
@@ -423,16 +424,6 @@ def test_should_update_offset_for_leader_epochs_when_deleting_segments(tmp_path:
     assert leader_epochs(log) == [(0, 0), (1, 7), (2, 10)]
     assert retention(log, T0)["applied"] == [0]
     assert leader_epochs(log) == [(0, 5), (1, 7), (2, 10)]
-
-
-def test_read_after_retention_starts_at_the_log_start_offset(tmp_path: Path) -> None:
-    """UnifiedLogTest.testLogDeletionAfterDeleteRecords (reads): once records below the log start
-    offset (6) are deleted, a read from 0 starts at offset 6."""
-    log = _five_per_segment(tmp_path)
-    append_singletons(log, 15)
-    set_log_start_offset(log, 6)
-    retention(log, T0)
-    assert [offset for offset, _, _ in consume(log)] == list(range(6, 15))
 
 
 # --- roll rules (spec §9) -----------------------------------------------------------------------------------

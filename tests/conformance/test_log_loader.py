@@ -166,8 +166,6 @@ def test_producer_snapshots_recovery_after_unclean_shutdown_current_message_form
     assert report["log_end_offset"] == 101
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: an end-transaction marker does not update the producer's last "
-                                       "timestamp (Kafka's ProducerStateEntry.update sets it from the marker)")
 def test_recover_after_non_monotonic_coordinator_epoch_write(tmp_path: Path) -> None:
     """LogLoaderTest.testRecoverAfterNonMonotonicCoordinatorEpochWrite: two ABORT markers of producer 1,
     coordinator epochs 5 then 4 (KAFKA-9144): recovery from 0 accepts the lower epoch and the producer's
@@ -480,8 +478,6 @@ def test_recovery_after_crash_during_split_phase5(tmp_path: Path) -> None:
 
 
 # --- the leader-epoch cache, transactions, snapshots at load ----------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: segment recovery does not rebuild leader-epoch-checkpoint from "
-                                       "the recovered batches' partition leader epochs")
 def test_log_recovers_for_leader_epoch(tmp_path: Path) -> None:
     """LogLoaderTest.testLogRecoversForLeaderEpoch: batches of epochs 1, 2, 2, 3 at 0..3 give entries
     (1,0) (2,1) (3,3); with the last entry removed from the checkpoint, a recovery from the start

@@ -30,7 +30,7 @@ from crc32c import crc32c as _crc32c_c  # what format.crc.crc32c calls; directly
 
 from kafkalog.errors import CorruptRecordError, InvalidRecordError
 from kafkalog.format import compression, legacy, lz4_native
-from kafkalog.format.batch import RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK
+from kafkalog.format.batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, TIMESTAMP_TYPE_MASK
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.crc import crc32, crc32c
 from kafkalog.format.intrinsics import HARDWARE_CRC32C, crc32c_spans
@@ -398,7 +398,9 @@ def _scan_records(data: U8, sec_start: I64, sec_end: I64, counts: I64, base_offs
 
 @dataclass(frozen=True)
 class RecordColumns:
-    """Every record of a segment as columns; positions index into ``data``."""
+    """Every record of a segment as columns; positions index into ``data``. ``record_pos`` and
+    ``record_size`` span a v2 record from its length varint on, a legacy record's message from its
+    CRC on."""
 
     data: U8
     batch_index: I32
@@ -423,6 +425,11 @@ class RecordColumns:
     def value(self, i: int) -> bytes | None:
         n = int(self.value_len[i])
         return None if n < 0 else self.data[self.value_pos[i]:self.value_pos[i] + n].tobytes()
+
+    def legacy_magic(self, rows: I64) -> I64:
+        """The magic of each legacy (v0/v1) record of ``rows``: a wrapper's inner records can have
+        another magic than the wrapper (KAFKA-4298). A legacy record's ``record_pos`` is its CRC's."""
+        return self.data[self.record_pos[rows] + 4].astype(np.int64)
 
     def header_keys(self, i: int) -> list[str]:
         from kafkalog.format.varint import decode_varint
@@ -511,7 +518,12 @@ def scan_records(buf: bytes | bytearray | memoryview | U8, batches: BatchColumns
     """Decode every record of every entry in ``batches`` with Kafka's read-time validation."""
     arr = as_array(buf)
     if len(batches) and int(batches.magic.min()) < 2:
-        return _legacy_records(arr, batches, where)
+        return _mixed_records(arr, batches, where)
+    return _v2_records(arr, batches, where, workspace)
+
+
+def _v2_records(arr: U8, batches: BatchColumns, where: str, workspace: ColumnWorkspace | None) -> RecordColumns:
+    """``scan_records`` of v2 batches: one compiled pass over their (decompressed) records sections."""
     sections = record_sections(arr, batches, where)
     data, sec_start, sec_end, counts = sections.data, sections.sec_start, sections.sec_end, sections.counts
     total = int(counts.sum())
@@ -757,32 +769,77 @@ def _grown(arena: U8, cursor: int, need: int, src_done: int, src_total: int) -> 
     return grown, memoryview(grown)  # type: ignore[arg-type]  # ndarray is a buffer
 
 
-def _legacy_records(arr: U8, batches: BatchColumns, where: str) -> RecordColumns:
-    """v0/v1 segments (read-only, rare): decode in Python into the same columns."""
+def _mixed_records(arr: U8, batches: BatchColumns, where: str) -> RecordColumns:
+    """``scan_records`` of a buffer holding legacy entries: v0/v1 ones, and v2 batches after them
+    where the message format was upgraded (Kafka reads each batch by its own magic). Each run of
+    consecutive v2 batches goes through the compiled scan, each legacy entry through Python (legacy
+    data is rare and read-only); the bytes every record spans are gathered into one arena, in
+    order, so that the columns index one ``data`` as the v2 path's do.
+
+    A legacy record's ``record_pos``/``record_size`` span its message from the CRC on (its magic is
+    at ``record_pos + 4``: see :meth:`RecordColumns.legacy_magic`); it has no headers."""
     view = memoryview(arr)  # type: ignore[arg-type]  # ndarray is a buffer
-    parts: list[bytes] = []
-    rows: list[tuple[int, int, int, int, int, int, int]] = []
+    is_legacy = batches.magic < 2
+    pieces: list[U8] = []  # the arena, in order
+    tables: list[I64] = []  # a table of _COLUMNS rows per piece, positions from the arena's start
     cursor = 0
-    for b in range(len(batches)):
-        pos = int(batches.position[b])
-        if int(batches.magic[b]) >= 2:
-            raise InvalidRecordError(f"{where}v2 batch at byte {pos} mixed into a legacy segment is not supported")
-        entry = legacy.parse_entry(view, pos, where=where)
-        for _message, record in legacy.inner_records(view, entry, where):
-            key_pos = cursor
-            key_len = -1 if record.key is None else len(record.key)
-            parts.append(record.key or b"")
-            cursor += max(key_len, 0)
-            value_pos = cursor
-            value_len = -1 if record.value is None else len(record.value)
-            parts.append(record.value or b"")
-            cursor += max(value_len, 0)
-            rows.append((b, record.offset, record.timestamp, key_pos, key_len, value_pos, value_len))
-    data = np.frombuffer(b"".join(parts), dtype=np.uint8)
-    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
-    n = len(table)
-    zeros32 = np.zeros(n, dtype=np.int32)
-    return RecordColumns(data, table[:, 0].astype(np.int32), table[:, 1].copy(), table[:, 2].copy(),
-                         table[:, 3].copy(), table[:, 4].astype(np.int32), table[:, 5].copy(),
-                         table[:, 6].astype(np.int32), np.zeros(n, dtype=np.int64), zeros32,
-                         table[:, 3].copy(), zeros32.copy())
+    b = 0
+    while b < len(batches):
+        if is_legacy[b]:
+            table, piece = _legacy_entry_table(view, batches, b, where)
+            b += 1
+        else:
+            later = np.flatnonzero(is_legacy[b:])
+            hi = b + int(later[0]) if len(later) else len(batches)
+            table, piece = _v2_run_table(_v2_records(arr, batches.window(b, hi), where, None), b)
+            b = hi
+        table[_POSITION_ROWS] += cursor
+        cursor += len(piece)
+        pieces.append(piece)
+        tables.append(table)
+    data = as_array(np.concatenate(pieces) if pieces else np.empty(0, dtype=np.uint8))
+    joined = np.concatenate(tables, axis=1) if tables else np.empty((len(_COLUMNS), 0), dtype=np.int64)
+    columns = {name: joined[i].astype(np.int32 if name in _INT32_COLUMNS else np.int64)
+               for i, name in enumerate(_COLUMNS)}
+    return RecordColumns(data, **columns)
+
+
+_COLUMNS = ("batch_index", "offset", "timestamp", "key_pos", "key_len", "value_pos", "value_len", "headers_pos",
+            "headers_count", "record_pos", "record_size")
+_POSITION_ROWS = [_COLUMNS.index(name) for name in ("key_pos", "value_pos", "headers_pos", "record_pos")]
+_INT32_COLUMNS = {"batch_index", "key_len", "value_len", "headers_count", "record_size"}
+
+
+def _v2_run_table(run: RecordColumns, first_batch: int) -> tuple[I64, U8]:
+    """A run's columns as a table (batch indexes from ``first_batch``) and the bytes its records span,
+    positions counted from their start."""
+    if not len(run):
+        return np.empty((len(_COLUMNS), 0), dtype=np.int64), np.empty(0, dtype=np.uint8)
+    lo = int(run.record_pos.min())
+    end = int((run.record_pos + run.record_size).max())
+    table = np.stack([getattr(run, name).astype(np.int64) for name in _COLUMNS])
+    table[_COLUMNS.index("batch_index")] += first_batch
+    table[_POSITION_ROWS] -= lo
+    return table, run.data[lo:end]
+
+
+def _legacy_entry_table(view: memoryview, batches: BatchColumns, b: int, where: str) -> tuple[I64, U8]:
+    """Entry ``b``'s records (itself, or a wrapper's inner ones) as a table and the bytes their
+    messages span, positions counted from their start."""
+    entry = legacy.parse_entry(view, int(batches.position[b]), where=where)
+    data, records = legacy.deep_records(view, entry, where)
+    lo = records[0][0].position + LOG_OVERHEAD  # from the first message's CRC
+    end = records[-1][0].position + records[-1][0].size_in_bytes
+    rows = [(b, record.offset, record.timestamp, message.key_position, _length(message.key),
+             message.value_position, _length(message.value),
+             message.position + message.size_in_bytes, 0,  # no headers: they start where the message ends
+             message.position + LOG_OVERHEAD, message.size_in_bytes - LOG_OVERHEAD)
+            for message, record in records]
+    table = np.array(rows, dtype=np.int64).T.copy()
+    table[_POSITION_ROWS] -= lo
+    return table, np.frombuffer(data, dtype=np.uint8)[lo:end]
+
+
+def _length(blob: bytes | None) -> int:
+    return -1 if blob is None else len(blob)
+

@@ -216,6 +216,40 @@ def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[tuple[int, in
     atomic_write_bytes(p, _encode_checkpoint(LEADER_EPOCH_CHECKPOINT_VERSION, lines))
 
 
+class LeaderEpochFileCache:
+    """A partition's ``leader-epoch-checkpoint`` held in memory (Kafka's ``LeaderEpochFileCache``):
+    ``(epoch, start_offset)`` entries, ascending in both. Every change is written through at once, as
+    Kafka's ``assign`` writes it, so a crash loses no entry an append or a recovery made."""
+
+    def __init__(self, path: StrPath) -> None:
+        self.path = Path(path)
+        self.entries = read_leader_epoch_checkpoint(self.path)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.entries[-1][0] if self.entries else None
+
+    def assign_if_newer(self, epoch: int, start_offset: int) -> bool:
+        """What an append (``UnifiedLog.append``) and segment recovery (``LogSegment.recover``) do
+        with a v2 batch: an epoch ≥ 0 greater than the latest starts at the batch's base offset.
+        Entries it contradicts (epoch or start offset at or past the new one) are dropped first."""
+        if epoch < 0 or (self.entries and self.entries[-1][0] >= epoch):
+            return False
+        self.entries = [(e, o) for e, o in self.entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
+        write_leader_epoch_checkpoint(self.path, self.entries)
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> bool:
+        """Drop the entries starting at or past ``end_offset`` (``truncateFromEnd``): the log was cut
+        there, and an epoch that starts in records that are gone must not outlive them."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept == self.entries:
+            return False
+        self.entries = kept
+        write_leader_epoch_checkpoint(self.path, kept)
+        return True
+
+
 # ---------------------------------------------------------------------------------------------------
 # partition.metadata and topic ids
 

@@ -23,6 +23,7 @@ from kafkalog.errors import CorruptRecordError, InvalidRecordError, OffsetOverfl
 from kafkalog.format import batch as fmt
 from kafkalog.format.scan import BatchColumns, as_array, find_corrupt_batch, scan_batches
 from kafkalog.log import names
+from kafkalog.log.checkpoint import LeaderEpochFileCache
 from kafkalog.log.index import DEFAULT_MAX_INDEX_BYTES, MAX_INT, OffsetIndex, TimeIndex
 from kafkalog.log.producer_state import BatchSummary, ProducerState
 from kafkalog.log.txn_index import TransactionIndex
@@ -182,14 +183,20 @@ class LogSegment:
         return self.max_timestamp_so_far if self.max_timestamp_so_far >= 0 else self.last_modified_ms()
 
     def first_batch_timestamp(self) -> int:
-        """The first batch's max timestamp (``getFirstBatchTimestamp``), MAX_LONG when empty."""
+        """The first batch's max timestamp (``getFirstBatchTimestamp``), MAX_LONG when empty.
+
+        A first batch declaring fewer than 14 bytes raises :class:`CorruptRecordError` whatever the
+        size, as Kafka's ``FileLogInputStream.nextBatch`` does once the file holds a header up to the
+        magic byte: at least that much is read, or a size of 0-5 would read as a file too short to
+        hold a batch."""
         if self.rolling_based_timestamp is not None:
             return self.rolling_based_timestamp
         head = self.read_bytes(0, fmt.LOG_OVERHEAD)
         if len(head) < fmt.LOG_OVERHEAD:
             return (1 << 63) - 1
         length = int.from_bytes(head[8:12], "big", signed=True)
-        batches = scan_batches(self.read_bytes(0, fmt.LOG_OVERHEAD + max(length, 0)))
+        data = self.read_bytes(0, max(fmt.LOG_OVERHEAD + length, fmt.HEADER_SIZE_UP_TO_MAGIC + 1))
+        batches = scan_batches(data, where=self.where())
         return int(batches.max_timestamp[0]) if len(batches) else (1 << 63) - 1
 
     # --- writing -------------------------------------------------------------------------------
@@ -249,16 +256,20 @@ class LogSegment:
         self.time_index.close()
 
     # --- recovery and truncation ---------------------------------------------------------------
-    def recover(self, producer_state: ProducerState | None = None, *, truncate_corrupt: bool = True) -> int:
+    def recover(self, producer_state: ProducerState | None = None, *, truncate_corrupt: bool = True,
+                leader_epochs: LeaderEpochFileCache | None = None) -> int:
         """Rebuild every index from the ``.log`` and cut it at the first invalid batch (§11.5).
 
         ``producer_state`` is the partition's producer state at this segment's base offset (Kafka's
         ``recoverSegment`` rebuilds it first): a transaction opened in an earlier segment and ended
         by a marker in this one gets its true ``.txnindex`` entry. It is advanced through the
-        segment's batches. Returns the number of bytes truncated. With ``truncate_corrupt=False`` only
-        an incomplete last batch (a torn write) may be cut; a complete batch that fails its checks
-        raises :class:`CorruptRecordError` before anything is changed. Valid batches beyond the base
-        offset + ``MAX_INT`` raise :class:`OffsetOverflowError`, also before anything is changed.
+        segment's batches. ``leader_epochs`` is the partition's epoch cache: each valid v2 batch whose
+        partition leader epoch is greater than the latest starts that epoch, as on append (a cache
+        lost or behind the log gets its entries back). Returns the number of bytes truncated. With
+        ``truncate_corrupt=False`` only an incomplete last batch (a torn write) may be cut; a complete
+        batch that fails its checks raises :class:`CorruptRecordError` before anything is changed.
+        Valid batches beyond the base offset + ``MAX_INT`` raise :class:`OffsetOverflowError`, also
+        before anything is changed.
         """
         state = producer_state if producer_state is not None else ProducerState()
         data = self.read_bytes()
@@ -280,6 +291,9 @@ class LogSegment:
             aborted = state.update(summarize_batch(data, batches, i))
             if aborted is not None:
                 self.txn_index.append(aborted)
+        if leader_epochs is not None:
+            for i in _new_epoch_batches(batches, leader_epochs.latest_epoch):
+                leader_epochs.assign_if_newer(int(batches.partition_leader_epoch[i]), int(batches.base_offset[i]))
         truncated = len(data) - valid_bytes
         if truncated:
             os.truncate(self.log_path, valid_bytes)
@@ -399,6 +413,15 @@ def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:
         if int(batches.magic[i]) >= 2 and int(batches.size[i]) < fmt.RECORD_BATCH_OVERHEAD:
             return int(batches.position[i])
     return end
+
+
+def _new_epoch_batches(batches: BatchColumns, latest_epoch: int | None) -> list[int]:
+    """The v2 batches whose partition leader epoch is above every epoch before them (and the cache's
+    latest): the only ones that can start an epoch, found without a Python step per batch."""
+    rows = np.flatnonzero((batches.magic >= 2) & (batches.partition_leader_epoch >= 0))
+    epochs = batches.partition_leader_epoch[rows]
+    before = np.maximum.accumulate(np.concatenate(([-1 if latest_epoch is None else latest_epoch], epochs)))[:-1]
+    return rows[epochs > before].tolist()  # type: ignore[no-any-return]
 
 
 def _framed_prefix(data: bytes) -> int:

@@ -274,9 +274,6 @@ def test_grab_filthiest_compacted_log_throws_exception(tmp_path: Path) -> None:
     assert segment_files(log) == before
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a first batch declaring 0-5 bytes is read as no batch (a "
-                                       "first batch timestamp of MAX_LONG) and the log selected, where 6-13 "
-                                       "bytes fail the choice as Kafka does for any size below 14")
 def test_grab_filthiest_compacted_log_throws_exception_tiny_batch_size(tmp_path: Path) -> None:
     """LogCleanerManagerTest.testGrabFilthiestCompactedLogThrowsException, with a first batch that
     declares 5 bytes: Kafka's FileLogInputStream throws there too, so the choice fails naming the log."""

@@ -18,6 +18,7 @@ from kafkalog.errors import KafkaLogError
 from kafkalog.log.checkpoint import (
     ZERO_TOPIC_ID,
     CheckpointError,
+    LeaderEpochFileCache,
     atomic_write_bytes,
     new_topic_id,
     read_leader_epoch_checkpoint,
@@ -224,6 +225,32 @@ def test_leader_epoch_malformed(tmp_path: Path, content: bytes, needle: str) -> 
     with pytest.raises(CheckpointError) as info:
         read_leader_epoch_checkpoint(path)
     assert str(path) in str(info.value) and needle in str(info.value)
+
+
+def test_leader_epoch_cache_assigns_only_a_newer_epoch_and_drops_what_it_contradicts(tmp_path: Path) -> None:
+    """``LeaderEpochFileCache.assign`` as appends and recovery call it: an epoch not above the latest, or
+    -1, changes nothing (and writes nothing); a newer one drops entries starting at or past its offset."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    cache = LeaderEpochFileCache(path)
+    assert cache.latest_epoch is None and not cache.assign_if_newer(-1, 0) and not path.exists()
+    path.write_bytes(b"0\n3\n0 0\n2 10\n4 30\n")
+    cache = LeaderEpochFileCache(path)
+    assert not cache.assign_if_newer(4, 40) and not cache.assign_if_newer(3, 40)
+    assert cache.assign_if_newer(5, 20)
+    assert cache.latest_epoch == 5 and path.read_bytes() == b"0\n3\n0 0\n2 10\n5 20\n"
+
+
+def test_leader_epoch_cache_truncate_from_end(tmp_path: Path) -> None:
+    """``truncateFromEnd(20)``: entries starting at 20 or later go; one that already ends there is kept
+    and no file is written."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    assert not LeaderEpochFileCache(path).truncate_from_end(0) and not path.exists()
+    path.write_bytes(b"0\n3\n0 0\n2 10\n5 20\n")
+    cache = LeaderEpochFileCache(path)
+    assert cache.truncate_from_end(20) and cache.entries == [(0, 0), (2, 10)]
+    assert path.read_bytes() == b"0\n2\n0 0\n2 10\n"
+    os.utime(path, ns=(0, 0))
+    assert not cache.truncate_from_end(11) and path.stat().st_mtime_ns == 0
 
 
 @given(st.lists(st.tuples(int32s, int64s), max_size=30))

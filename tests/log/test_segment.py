@@ -18,9 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkalog.errors import OffsetOverflowError
+from kafkalog.errors import CorruptRecordError, OffsetOverflowError
 from kafkalog.format import batch as fmt
 from kafkalog.format.scan import scan_batches
+from kafkalog.log.checkpoint import LeaderEpochFileCache
 from kafkalog.log.index import encode_offset_index, encode_time_index
 from kafkalog.log.producer_snapshot import ProducerSnapshotEntry
 from kafkalog.log.producer_state import ProducerState
@@ -406,6 +407,24 @@ def marker(kind: fmt.ControlType, pid: int, offset: int, epoch: int = 0) -> byte
                                     producer_epoch=epoch, coordinator_epoch=0, partition_leader_epoch=0)
 
 
+def test_recovery_assigns_each_new_epoch_once_to_the_cache(tmp_path: Path) -> None:
+    """``LogSegment.recover`` with an epoch cache (LogSegmentTest.testRecoveryRebuildsEpochCache): a
+    batch starts its epoch when it is greater than the latest; lower, equal and absent (-1) epochs
+    change nothing, and an entry already in the cache is kept."""
+    seg = segment(tmp_path, 100)
+    for offset, epoch in ((100, 0), (102, 1), (104, 1), (106, -1), (108, 0), (110, 3)):
+        raw = records(offset, "a", "b", partition_leader_epoch=epoch)
+        seg.append(offset + 1, offset * 10, offset + 1, raw)
+    path = tmp_path / "leader-epoch-checkpoint"
+    path.write_text("0\n1\n0 50\n")
+    cache = LeaderEpochFileCache(path)
+    assert seg.recover(ProducerState(), leader_epochs=cache) == 0
+    assert cache.entries == [(0, 50), (1, 102), (3, 110)]
+    assert path.read_text() == "0\n3\n0 50\n1 102\n3 110\n"
+    assert seg.recover(ProducerState(), leader_epochs=LeaderEpochFileCache(path)) == 0  # again: nothing new
+    assert path.read_text() == "0\n3\n0 50\n1 102\n3 110\n"
+
+
 def test_recover_transaction_index(tmp_path: Path) -> None:
     pid1, pid2 = 5, 10
     seg = segment(tmp_path, 100)
@@ -511,6 +530,24 @@ def test_first_batch_timestamp_of_a_large_first_batch(tmp_path: Path) -> None:
     seg.append(0, 4321, 0, fmt.build_batch([fmt.Record(0, 4321, b"k", b"x" * 100_000)]))
     seg.close()
     assert segment(tmp_path, 0).first_batch_timestamp() == 4321
+
+
+@pytest.mark.parametrize("size", [-1, 0, 5, 6, 13])
+def test_first_batch_timestamp_of_a_first_batch_below_the_minimum_size(tmp_path: Path, size: int) -> None:
+    """Kafka's ``FileLogInputStream.nextBatch`` throws for any declared size below 14 (0-5 included),
+    once the file holds the header up to the magic byte (17 bytes); a file of only 17 bytes is no batch."""
+    seg = segment(tmp_path, 0)
+    seg.append(0, 4321, 0, records(0, "a", timestamp=4321))
+    seg.close()
+    data = bytearray(seg.log_path.read_bytes())
+    data[8:12] = size.to_bytes(4, "big", signed=True)
+    seg.log_path.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecordError) as raised:
+        segment(tmp_path, 0).first_batch_timestamp()
+    assert str(raised.value) == (f"{seg.log_path}: record size {size} at byte 0 is smaller than the minimum "
+                                 "record overhead (14)")
+    seg.log_path.write_bytes(bytes(data[:17]))
+    assert segment(tmp_path, 0).first_batch_timestamp() == MAX_LONG
 
 
 # ---------------------------------------------------------------------------------------------------

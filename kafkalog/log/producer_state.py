@@ -89,6 +89,12 @@ class ProducerState:
             current_txn_first_offset=txn_first)
         return None
 
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+        """Forget producers idle for ``producer.id.expiration.ms`` with no transaction open
+        (``removeExpiredProducers``): the cleaner no longer keeps their last batch."""
+        self.producers = {pid: e for pid, e in self.producers.items()
+                          if e.current_txn_first_offset >= 0 or now_ms - e.timestamp_ms < expiration_ms}
+
     def snapshot_entries(self) -> list[ProducerSnapshotEntry]:
         return [self.producers[pid] for pid in sorted(self.producers)]
 

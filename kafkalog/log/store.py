@@ -310,7 +310,8 @@ class LogStore:
         clean = not revalidate_all and (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
         return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start or 0,
                              recovery_point=recovery or 0, had_clean_shutdown=clean,
-                             read_only=read_only, truncate_corrupt=truncate_corrupt)
+                             read_only=read_only, truncate_corrupt=truncate_corrupt,
+                             producer_id_expiration_ms=self.broker.producer_id_expiration_ms)
 
     def clean_log_end(self, location: PartitionLocation) -> int | None:
         """The log end offset if Kafka's loader would open this partition without recovering anything

@@ -233,8 +233,10 @@ def open_clean_context(store: LogStore, location: PartitionLocation, first_dirty
     wall = int(time.time() * 1000) if wall_now_ms is None else wall_now_ms
     log = store.open_log(location, read_only=True)
     segments = list(log.segments[:-1])  # never the active segment
-    if producers is None:
-        producers = {e.producer_id: (e.last_offset, e.producer_epoch) for e in log.producer_state().snapshot_entries()}
+    if producers is None:  # the active producers (``lastRecordsOfActiveProducers``) at the round's clock
+        state = log.producer_state()
+        state.remove_expired(now_ms, store.broker.producer_id_expiration_ms)
+        producers = {e.producer_id: (e.last_offset, e.producer_epoch) for e in state.snapshot_entries()}
     clock = _Clock(now_ms, wall, wall + config.delete_retention_ms)
     aborted = [t for s in log.segments for t in s.txn_index.entries()]
     return CleanContext(store, location, log, clock, first_dirty_offset, first_uncleanable_offset, segments, aborted,

@@ -24,6 +24,7 @@ from kafka.record import MemoryRecords
 from kafkalog.format.batch import ControlType, Record, build_batch, end_txn_marker_batch
 from kafkalog.format.compression import CompressionType
 from kafkalog.log import checkpoint, names
+from kafkalog.log.config import BrokerConfig
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.store import LogStore, PartitionLocation
 
@@ -63,22 +64,33 @@ class PeerRecord:
 class ScenarioLog:
     """One partition ``topic-0`` in its own log dir, created through ``kafkalog topics create``."""
 
-    def __init__(self, log_dir: Path, topic: str = "t", *, partitions: int = 1, **configs: str | int) -> None:
+    def __init__(self, log_dir: Path, topic: str = "t", *, partitions: int = 1,
+                 broker: dict[str, str | int] | None = None, **configs: str | int) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.topic = topic
         self.clock_ms = T0  # the timestamp of the next appended record unless one is given
+        self.broker_file: Path | None = None
+        self.store = LogStore([self.log_dir])
+        if broker:
+            self.set_broker(**broker)
         args = ["topics", "create", "--log-dir", str(self.log_dir), "--topic", topic,
                 "--partitions", str(partitions)]
         for key, value in configs.items():
             args += ["--config", f"{key.replace('_', '.')}={value}"]
         self.cli(*args)
-        self.store = LogStore([self.log_dir])
+
+    def set_broker(self, **props: str | int) -> None:
+        """Broker settings (``server.properties`` beside the log dir, ``producer_id_expiration_ms`` for
+        ``producer.id.expiration.ms``) for every surface from here on."""
+        self.broker_file = self.log_dir.parent / f"{self.log_dir.name}-server.properties"
+        self.broker_file.write_text("".join(f"{k.replace('_', '.')}={v}\n" for k, v in props.items()))
+        self.store = LogStore([self.log_dir], broker=BrokerConfig.load(self.broker_file))
 
     # --- surfaces -------------------------------------------------------------------------------
     def cli(self, *args: str, ok: bool = True) -> CliResult:
-        """``kafkalog ARGS``; with ``ok`` (the default) it must exit 0."""
-        result = run_cli(*args)
+        """``kafkalog ARGS`` (with the broker file, if set); with ``ok`` (the default) it must exit 0."""
+        result = run_cli(*args, *(("--config-file", str(self.broker_file)) if self.broker_file else ()))
         if ok:
             assert result.code == 0, f"kafkalog {' '.join(args)} exited {result.code}: {result.err}"
         return result

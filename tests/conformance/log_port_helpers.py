@@ -1,5 +1,5 @@
 """Helpers of the UnifiedLogTest, LogLoaderTest and LocalLogTest ports (``test_unified_log*.py``,
-``test_log_loader.py``, ``test_local_log.py``), on top of the harness in ``kafka_log.py``.
+``test_log_loader.py``, ``test_kafka_local_log.py``), on top of the harness in ``kafka_log.py``.
 
 Kafka's tests drive a ``UnifiedLog`` object with a mock clock; here a partition is driven through the
 CLI where a surface exists (``retention apply``/``sweep``, ``recover``, ``consume``, ``status``,

@@ -45,13 +45,24 @@ def test_aborted_transaction_spanning_segments(tmp_path: Path, surface: str) -> 
     log.abort(1)
     log.roll()
     assert log.aborted_txns() == [(1, 0, 1, 2)]
-    for now in (T0, T0 + 10 * DAY):
+    for now in (T0, T0 + DAY - 1):
         log.clean(now, surface=surface)
         assert log.offsets_in_log() == [1]  # the aborted record is gone
         assert log.last_offsets_per_batch() == [0, 1]
         assert [b.records for b in log.batches()] == [0, 1]
         assert log.aborted_txns() == [(1, 0, 1, 2)]
         assert all(b.delete_horizon_ms is None for b in log.batches())
+    # Once producer.id.expiration.ms (a day) has passed since producer 1's last batch (its marker, at
+    # T0 + 1) it has expired: its empty batch is no longer kept. The round that removes it still read
+    # it, so the marker and its entry stay; the next round finds the transaction empty, drops the
+    # entry and stamps the marker to go.
+    log.clean(T0 + 1 + DAY, surface=surface)
+    assert log.last_offsets_per_batch() == [1]
+    assert log.aborted_txns() == [(1, 0, 1, 2)]
+    assert [b.delete_horizon_ms for b in log.batches()] == [None]
+    log.clean(T0 + 2 + DAY, surface=surface)
+    assert log.aborted_txns() == []
+    assert [b.delete_horizon_ms for b in log.batches()] == [T0 + 2 + 2 * DAY]
 
 
 def _segments_fit_their_base(log: ScenarioLog) -> None:

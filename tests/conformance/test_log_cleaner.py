@@ -44,13 +44,16 @@ from kafka_log import DAY, HOUR, MIN, T0, ScenarioLog
 
 from kafkalog.errors import KafkaLogError
 from kafkalog.log import names
-from kafkalog.log.config import BrokerConfig
 from kafkalog.log.segment import LogSegment
 from kafkalog.log.store import LogStore
 
 SURFACES = ["cli", "spark-tasks"]
-LARGE = T0 + 30 * DAY  # Kafka's largeTimestamp: long after every record
-LATEST = T0 + 400 * DAY  # Kafka's Long.MaxValue: after every horizon stamped at LARGE
+LARGE = T0 + 20 * DAY  # Kafka's largeTimestamp: long after every record (within STILL_ACTIVE)
+LATEST = T0 + 22 * DAY  # Kafka's Long.MaxValue: after every horizon stamped at LARGE
+# LogCleanerTest runs on a clock that stands still, so no producer ever expires there; kafkalog's rounds
+# run at their own clock, which expires a producer idle for producer.id.expiration.ms. Every log here
+# has it at its maximum (about 24.8 days) and is cleaned within it.
+STILL_ACTIVE: dict[str, str | int] = {"producer_id_expiration_ms": 2**31 - 1}
 COMMIT_KEY = struct.pack(">hh", 0, 1)  # the key of a COMMIT control record (version 0, type 1)
 
 Row = tuple[str | bytes | None, str | bytes | None]
@@ -62,17 +65,15 @@ def kafka_log(tmp_path: Path, name: str = "logs", **configs: str | int) -> Scena
     the test's own overrides."""
     settings: dict[str, str | int] = {"cleanup_policy": "compact", "segment_bytes": 1024, "segment_index_bytes": 1024}
     settings.update(configs)
-    return ScenarioLog(tmp_path / name, **settings)
+    return ScenarioLog(tmp_path / name, broker=STILL_ACTIVE, **settings)
 
 
 def with_broker(log: ScenarioLog, monkeypatch: pytest.MonkeyPatch, **props: str | int) -> None:
     """Broker settings (server.properties) for both surfaces: the CLI reads ``$KAFKALOG_CONFIG``, the
     Spark tasks the store's broker config."""
-    text = "".join(f"{k.replace('_', '.')}={v}\n" for k, v in props.items())
-    path = log.log_dir.parent / "server.properties"
-    path.write_text(text)
-    monkeypatch.setenv("KAFKALOG_CONFIG", str(path))
-    log.store = LogStore([log.log_dir], broker=BrokerConfig.load(path))
+    log.set_broker(**{**STILL_ACTIVE, **props})
+    assert log.broker_file is not None
+    monkeypatch.setenv("KAFKALOG_CONFIG", str(log.broker_file))  # for the CLI run without the harness
 
 
 def leo(log: ScenarioLog) -> int:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_cleaner import (
+    BROKER,
     DAY,
     T0,
     _mixed_log,
@@ -87,7 +88,7 @@ def _as_tasks(store: LogStore, first_dirty: int, now: int, parts: int, scratch: 
 def test_a_round_as_tasks_writes_the_bytes_of_one_pass(tmp_path: Path, parts: int, first_round: bool) -> None:
     store, logs = _data(tmp_path / "one", first_round)
     shutil.copytree(logs, tmp_path / "tasks")
-    task_store = LogStore([tmp_path / "tasks"])
+    task_store = LogStore([tmp_path / "tasks"], BROKER)
     now = T0 + 2 * DAY  # horizons stamped in the first round have passed: tombstones and markers go now
     first_dirty = cleaner_checkpoint(logs).get(("t", 0), 0)
     assert (first_dirty > 0) != first_round
@@ -132,7 +133,7 @@ def test_transactions_across_groups_split_into_tasks_write_the_bytes_of_one_pass
     store, loc = new_store(tmp_path / "one", segment_bytes="160")  # about one batch a segment: a group each
     _interleaved_transactions(store, seed)
     shutil.copytree(tmp_path / "one", tmp_path / "tasks")
-    task_store = LogStore([tmp_path / "tasks"])
+    task_store = LogStore([tmp_path / "tasks"], BROKER)
     for now in (T0, T0 + 2 * DAY, T0 + 4 * DAY):
         clean(store, loc, now=now)
         assert len(_as_tasks(task_store, 0, now, 2, tmp_path / "scratch").groups) > 3

@@ -704,6 +704,13 @@ def _clean_window(segment: LogSegment, data: Buffer, batches: BatchColumns, reco
     needs_horizon = (batches.magic >= 2) & (tombstone_kept | (can_discard & is_control)) & ~has_horizon
     action = np.where(retained > 0, np.where((retained == counts) & ~needs_horizon, COPY, REBUILD),
                       np.where(retain_empty & (batches.magic >= 2), EMPTY, DROP))
+    legacy = batches.magic < 2
+    if legacy.any():
+        # KAFKA-4298: old cleaners wrote wrappers holding records of another magic. A wrapper that keeps
+        # such a record is rebuilt in its own magic even when it keeps them all (filterTo's writeOriginal).
+        rows = np.flatnonzero(keep & legacy[b_of])
+        other_magic = rows[records.legacy_magic(rows) != batches.magic[b_of[rows]]]
+        action[b_of[other_magic]] = REBUILD
     if cover_end and n and (action == DROP).all() and int(batches.magic[-1]) >= 2:
         action[-1] = EMPTY
     out = _assemble(data, batches, records, keep, action, row_start, needs_horizon, clock, stats)
@@ -801,15 +808,25 @@ def _assemble_per_batch(data: Buffer, batches: BatchColumns, records: RecordColu
             run_start = -1
         if kind == DROP:
             continue
+        s, e = int(row_start[b]), int(row_start[b + 1])
+        rows = (np.flatnonzero(keep[s:e]) + s).astype(np.int64)
+        magic = int(batches.magic[b])
+        if magic < 2:
+            # Only a wrapper is rebuilt (a plain message is kept whole or dropped): a new wrapper of the
+            # retained records in its magic and codec, at the last one's offset (buildRetainedRecordsInto).
+            from kafkalog.format import legacy
+
+            attributes = int(batches.attributes[b])
+            retained = [fmt.Record(int(records.offset[r]), int(records.timestamp[r]), records.key(r), records.value(r))
+                        for r in rows.tolist()]
+            out += legacy.build_wrapper(magic, CompressionType(attributes & fmt.COMPRESSION_MASK),
+                                        legacy.timestamp_type(magic, attributes), retained,
+                                        log_append_time=int(batches.max_timestamp[b]))
+            continue
         header = fmt.parse_header(view, pos)
         if kind == EMPTY:
             out += fmt.empty_header_batch(header)
             continue
-        if header.magic < 2:
-            raise CleanerError(f"legacy (magic {header.magic}) entry at byte {pos} keeps only some of its "
-                               "records; rebuilding legacy wrappers is not supported")
-        s, e = int(row_start[b]), int(row_start[b + 1])
-        rows = (np.flatnonzero(keep[s:e]) + s).astype(np.int64)
         horizon = clock.horizon_ms if needs_horizon[b] else header.delete_horizon_ms
         base_timestamp = horizon if horizon is not None else int(records.timestamp[rows[0]])
         body: bytes | npt.NDArray[np.uint8] = rebuild_records(records.data, records.record_pos, records.record_size,
@@ -837,21 +854,49 @@ def _verify(segment: LogSegment, out: Buffer, records: RecordColumns, keep: npt.
     if corrupt is not None or out_batches.valid_end != len(out):
         raise CleanerError(corrupt or f"{where}trailing bytes in the cleaned output")
     kept_batches = np.flatnonzero(action != DROP)
-    if not (np.array_equal(out_batches.base_offset, batches.base_offset[kept_batches])
-            and np.array_equal(out_batches.last_offset, batches.last_offset[kept_batches])):
-        raise CleanerError(f"{where}batch base/last offsets differ from the source batches")
-    out_records = scan_records(out, out_batches, where=where, workspace=_scratch.output)
     expected = np.flatnonzero(keep).astype(np.int64)
+    base, last, timestamps = batches.base_offset, batches.last_offset, records.timestamp[expected]
+    legacy = batches.magic < 2
+    if legacy.any():
+        # A rebuilt wrapper sits at its last retained offset, and its records carry the timestamps its
+        # magic and timestamp type give them: none in v0, the wrapper's (the original's) with LogAppendTime.
+        of_row = records.batch_index[expected]
+        rebuilt = legacy & (action == REBUILD)
+        in_rebuilt = rebuilt[of_row]
+        last = last.copy()
+        last[rebuilt] = -1
+        np.maximum.at(last, of_row[in_rebuilt], records.offset[expected[in_rebuilt]])
+        base = np.where(rebuilt, last, base)
+        log_append = rebuilt & (batches.magic == 1) & ((batches.attributes & fmt.TIMESTAMP_TYPE_MASK) != 0)
+        timestamps = np.where((rebuilt & (batches.magic == 0))[of_row], fmt.NO_TIMESTAMP,
+                              np.where(log_append[of_row], batches.max_timestamp[of_row], timestamps))
+    if not (np.array_equal(out_batches.base_offset, base[kept_batches])
+            and np.array_equal(out_batches.last_offset, last[kept_batches])
+            and np.array_equal(out_batches.magic, batches.magic[kept_batches])):
+        raise CleanerError(f"{where}batch base/last offsets or magics differ from the source batches")
+    out_records = scan_records(out, out_batches, where=where, workspace=_scratch.output)
     if not (np.array_equal(out_records.offset, records.offset[expected])
-            and np.array_equal(out_records.timestamp, records.timestamp[expected])):
+            and np.array_equal(out_records.timestamp, timestamps)):
         raise CleanerError(f"{where}the retained records' offsets or timestamps differ from the source")
     mine = np.arange(len(out_records), dtype=np.int64)
+    if legacy.any():
+        # Legacy records: the same key and value, in a message of its wrapper's magic (KAFKA-4298 repaired).
+        old = legacy[records.batch_index[expected]]
+        for r, i in zip(expected[old].tolist(), mine[old].tolist(), strict=True):
+            if records.key(r) != out_records.key(i) or records.value(r) != out_records.value(i):
+                raise CleanerError(f"{where}record at offset {int(out_records.offset[i])} differs from its source")
+        magics = out_records.legacy_magic(mine[old])
+        other = np.flatnonzero(magics != out_batches.magic[out_records.batch_index[mine[old]]])
+        if len(other):
+            raise CleanerError(f"{where}record at offset {int(out_records.offset[mine[old][other[0]]])} has "
+                               f"magic {int(magics[other[0]])}, not its wrapper's")
+        expected, mine = expected[~old], mine[~old]
     bad = records_equal(records.data, records.record_pos, records.record_size, expected, out_records.data,
                         out_records.record_pos, out_records.record_size, mine,
                         after_timestamp_delta(records.data, records.record_pos, expected),
                         after_timestamp_delta(out_records.data, out_records.record_pos, mine))
     if bad >= 0:
-        raise CleanerError(f"{where}record at offset {int(out_records.offset[bad])} differs from its source")
+        raise CleanerError(f"{where}record at offset {int(out_records.offset[mine[bad]])} differs from its source")
     return out_batches
 
 

@@ -508,9 +508,6 @@ def test_cleaner_with_message_format_v0(tmp_path: Path, codec: CompressionType, 
     cleaned_v0_log(tmp_path, codec, surface)
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a segment holding v0/v1 entries followed by v2 batches (a "
-                                       "message format upgrade) cannot be read: 'v2 batch mixed into a legacy "
-                                       "segment is not supported'")
 @pytest.mark.parametrize("surface", SURFACES)
 @pytest.mark.parametrize("codec", LEGACY_CODECS, ids=lambda c: c.name_kafka)
 def test_cleaner_with_message_format_v0_mixed_formats(tmp_path: Path, codec: CompressionType, surface: str) -> None:
@@ -532,15 +529,8 @@ def test_cleaner_with_message_format_v0_mixed_formats(tmp_path: Path, codec: Com
     assert [o for *_, o in read_any_format(log)] == surviving_offsets(appends2, first_dirty2)
 
 
-def _nested_codec_params() -> list[Any]:
-    divergence = pytest.mark.xfail(strict=True, reason="DIVERGENCE: a legacy compressed wrapper that keeps some "
-                                                       "of its records fails the round (not rebuilt in its magic)")
-    return [pytest.param(c, id=c.name_kafka, marks=() if c is CompressionType.NONE else divergence)
-            for c in LEGACY_CODECS]
-
-
 @pytest.mark.parametrize("surface", SURFACES)
-@pytest.mark.parametrize("codec", _nested_codec_params())
+@pytest.mark.parametrize("codec", LEGACY_CODECS, ids=lambda c: c.name_kafka)
 def test_cleaning_nested_messages_with_v0_and_v1(tmp_path: Path, codec: CompressionType, surface: str) -> None:
     """LogCleanerParameterizedIntegrationTest.testCleaningNestedMessagesWithV0AndV1: message sets of
     several records (one wrapper each when compressed), v0 then v1, are compacted record by record."""

@@ -34,17 +34,21 @@ from kafkalog.format import batch as fmt
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.scan import RecordColumns, find_backward_batch, find_corrupt_batch, scan_batches, scan_records
 from kafkalog.log import checkpoint, names
-from kafkalog.log.config import BROKER_CONFIGS, LogConfig
+from kafkalog.log.config import LogConfig
 from kafkalog.log.index import MAX_INT
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files, visible_files
 from kafkalog.log.lock import cleaner_lock
-from kafkalog.log.producer_snapshot import read_producer_snapshot, write_producer_snapshot
+from kafkalog.log.producer_snapshot import (
+    ProducerSnapshotEntry,
+    ProducerSnapshotError,
+    read_producer_snapshot,
+    write_producer_snapshot,
+)
 from kafkalog.log.producer_state import ProducerState
 from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
 from kafkalog.log.split import split_overflowed_segment
 from kafkalog.log.swap import mark_deleted
 
-DEFAULT_PRODUCER_ID_EXPIRATION_MS = int(BROKER_CONFIGS["producer.id.expiration.ms"].default)  # type: ignore[arg-type]
 READ_REOPENS = 8  # how often a reader follows segments renamed under it before it gives up
 _COMPRESSION_BY_TOPIC_NAME = {"uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
                               "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
@@ -71,8 +75,7 @@ class AppendInfo:
 class LocalLog:
     def __init__(self, directory: Path, topic_partition: names.TopicPartition, config: LogConfig,
                  segments: list[LogSegment], log_start_offset: int, recovery_point: int,
-                 read_only: bool, report: LoadReport,
-                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+                 read_only: bool, report: LoadReport) -> None:
         self.directory = directory
         self.topic_partition = topic_partition
         self.config = config
@@ -85,14 +88,13 @@ class LocalLog:
         self._log_end_offset: int | None = None
         self._checkpointed_log_start_offset = log_start_offset
         self._producer_state: ProducerState | None = None
-        self.producer_id_expiration_ms = producer_id_expiration_ms  # the broker's
+        self._snapshot_notes: list[str] = []  # corrupt snapshots a writable log deleted
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, log_start_offset: int = 0,
              recovery_point: int | None = None, had_clean_shutdown: bool = False,
-             read_only: bool = False, truncate_corrupt: bool = False,
-             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> LocalLog:
+             read_only: bool = False, truncate_corrupt: bool = False) -> LocalLog:
         """Load a partition directory; ``truncate_corrupt`` lets recovery cut a log at a corrupt
         batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises.
         A read-only open takes no lock: a file renamed away while it loads (a swap, retention) makes
@@ -103,11 +105,9 @@ class LocalLog:
         for attempt in range(READ_REOPENS if read_only else 1):
             while True:
                 try:
-                    log = cls._open(directory, config, log_start_offset=log_start_offset,
-                                    recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
-                                    read_only=read_only, truncate_corrupt=truncate_corrupt)
-                    log.producer_id_expiration_ms = producer_id_expiration_ms
-                    return log
+                    return cls._open(directory, config, log_start_offset=log_start_offset,
+                                     recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                                     read_only=read_only, truncate_corrupt=truncate_corrupt)
                 except FileNotFoundError:
                     if attempt + 1 == READ_REOPENS or not read_only:
                         raise
@@ -136,9 +136,8 @@ class LocalLog:
                     continue  # a writer's temp file, renamed away since the listing
                 if not stat.S_ISDIR(mode):
                     names.check_partition_file(Path(entry.path), mode)
-        if not read_only:
-            # An append updates it: a file that cannot be read must stop the append before it is made.
-            checkpoint.read_leader_epoch_checkpoint(directory / names.LEADER_EPOCH_CHECKPOINT)
+        # Recovery and appends update it: a file that cannot be read must stop them before they start.
+        leader_epochs = None if read_only else _leader_epoch_cache(directory)
         settings = SegmentSettings(config.index_interval_bytes, config.segment_index_bytes)
         notes: list[str] = []
         plan = plan_temp_files(directory)
@@ -191,22 +190,26 @@ class LocalLog:
         for segment in rebuild:  # in offset order, each from the producer state at its base
             state = carried if carried is not None and carried_to == segment.base_offset \
                 else log.producer_state_at(segment.base_offset)
-            truncated += segment.recover(state, truncate_corrupt=truncate_corrupt)
+            truncated += segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs)
             carried, carried_to = state, segment.read_next_offset()
             recovered.append(segment.base_offset)
         log.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
-        log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt)
+        assert leader_epochs is not None
+        log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt, leader_epochs)
         if not log._segments:
             log._segments.append(log._new_segment(log_start_offset))
-        log._remove_stray_snapshots(view, notes)
         log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
-        log.load_report = LoadReport(tuple(notes), tuple(recovered), log.load_report.truncated_bytes)
+        log._remove_stray_and_corrupt_snapshots(view, notes)
+        log.load_report = LoadReport(tuple(notes + log._snapshot_notes), tuple(recovered),
+                                     log.load_report.truncated_bytes)
         checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
         return log
 
     def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],
-                           truncate_corrupt: bool) -> None:
-        """Re-validate segments past the recovery point; cut the log at the first invalid batch."""
+                           truncate_corrupt: bool, leader_epochs: checkpoint.LeaderEpochFileCache) -> None:
+        """Re-validate segments past the recovery point; cut the log at the first invalid batch. The
+        recovered batches' epochs go to ``leader_epochs``, which then ends at the log end (Kafka's
+        loader: ``LogSegment.recover``, then ``truncateFromEnd``)."""
         truncated = self.load_report.truncated_bytes
         state: ProducerState | None = None  # at the next segment's base, while segments are recovered in a row
         for i, segment in enumerate(list(self._segments)):
@@ -218,7 +221,7 @@ class LocalLog:
                 continue
             if state is None:
                 state = self.producer_state_at(segment.base_offset)
-            cut = segment.recover(state, truncate_corrupt=truncate_corrupt)
+            cut = segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs)
             recovered.append(segment.base_offset)
             if cut:
                 truncated += cut
@@ -231,6 +234,7 @@ class LocalLog:
         self._log_end_offset = self._segments[-1].read_next_offset() if self._segments else self.log_start_offset
         self.recovery_point = min(max(self.recovery_point, 0), self._log_end_offset)
         if truncated:
+            leader_epochs.truncate_from_end(self._log_end_offset)
             # Producer state taken past the new log end describes records that are gone (an open
             # transaction there would hold the last stable offset back forever): Kafka drops it too.
             for path in sorted(self.directory.glob("*" + names.SNAPSHOT_SUFFIX)):
@@ -241,17 +245,41 @@ class LocalLog:
             self._producer_state = None
         self.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
 
-    def _remove_stray_snapshots(self, view: dict[str, Path], notes: list[str]) -> None:
-        """Remove the producer snapshots Kafka's loader would (``names.stray_snapshot_offsets``), from
-        the directory as the open listed it (recovery may have removed some since)."""
+    def _remove_stray_and_corrupt_snapshots(self, view: dict[str, Path], notes: list[str]) -> None:
+        """Kafka's loader on the producer snapshots, as the open listed them (recovery may have removed
+        some since): the strays go (``removeStraySnapshots``, ``names.stray_snapshot_offsets``), then
+        the newest is read (``loadFromSnapshot``): one that cannot be read is deleted, for the one
+        before it, so no later reader meets it. Kafka's load reads only those above the log start
+        offset and up to the log end (``truncateAndReload`` deletes the others first; here truncation
+        does, ``truncate_to``), so only those are checked."""
         snapshots = {names.offset_from_file_name(name): path for name, path in view.items()
                      if name.endswith(names.SNAPSHOT_SUFFIX)}
         for offset in names.stray_snapshot_offsets(snapshots, {s.base_offset for s in self._segments}):
+            path = snapshots.pop(offset)
             try:
-                snapshots[offset].unlink()
+                path.unlink()
             except FileNotFoundError:
                 continue
-            notes.append(f"stray producer snapshot {snapshots[offset].name} removed")
+            notes.append(f"stray producer snapshot {path.name} removed")
+        for offset in sorted(snapshots, reverse=True):
+            if self.log_start_offset < offset <= self.log_end_offset \
+                    and self._read_snapshot(snapshots[offset]) is not None:
+                break
+
+    def _read_snapshot(self, path: Path) -> list[ProducerSnapshotEntry] | None:
+        """A snapshot's entries, or None when it cannot be read (gone, or corrupt). A writable log
+        deletes a corrupt one above the log start offset, as Kafka's ``loadFromSnapshot`` does (it
+        never meets one at or below it: ``truncateAndReload`` deleted those unread); a read-only view
+        changes nothing."""
+        try:
+            return read_producer_snapshot(path)
+        except FileNotFoundError:
+            return None  # renamed or removed since the listing: retention, truncation, another load
+        except ProducerSnapshotError as exc:
+            if not self.read_only and names.offset_from_file_name(path.name) > self.log_start_offset:
+                path.unlink(missing_ok=True)
+                self._snapshot_notes.append(f"corrupt producer snapshot {path.name} deleted ({exc})")
+            return None
 
     # --- state ---------------------------------------------------------------------------------
     @property
@@ -302,18 +330,19 @@ class LocalLog:
 
     def producer_state_at(self, offset: int) -> ProducerState:
         """Producer state as of ``offset`` (a segment's base, or the log end): the newest snapshot at or
-        below it plus the batches from there up to it (``UnifiedLog.rebuildProducerState``)."""
+        below it plus the batches from there up to it (``UnifiedLog.rebuildProducerState``). A snapshot
+        that cannot be read is passed over for the one before it (``loadFromSnapshot``, see
+        ``_read_snapshot``); without any, the batches from the log start offset."""
         snapshots = sorted(
             (names.offset_from_file_name(p.name), p) for p in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}")
             if names.offset_from_file_name(p.name) <= offset
         )
         state, start = ProducerState(), self.log_start_offset
-        if snapshots:
-            snapshot_offset, path = snapshots[-1]
-            try:
-                state, start = ProducerState(read_producer_snapshot(path)), snapshot_offset
-            except KafkaLogError:
-                state, start = ProducerState(), self.log_start_offset
+        for snapshot_offset, path in reversed(snapshots):
+            entries = self._read_snapshot(path)
+            if entries is not None:
+                state, start = ProducerState(entries), snapshot_offset
+                break
         for segment in self._segments:
             if segment.base_offset >= offset:
                 break
@@ -433,20 +462,13 @@ class LocalLog:
         active.flush()
         segment = self._new_segment(new_base, now_ms)
         self._segments.append(segment)
-        # Kafka's broker drops expired producers on a timer; the snapshot is where that shows here.
-        state = self.producer_state()
-        state.remove_expired(segment.created_ms, self.producer_id_expiration_ms)
-        write_producer_snapshot(names.snapshot_file(self.directory, new_base), state.snapshot_entries())
+        write_producer_snapshot(names.snapshot_file(self.directory, new_base),
+                                self.producer_state().snapshot_entries())
         self.recovery_point = max(self.recovery_point, new_base)
         return segment
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
-        path = self.directory / names.LEADER_EPOCH_CHECKPOINT
-        entries = checkpoint.read_leader_epoch_checkpoint(path)
-        if entries and entries[-1][0] >= epoch:
-            return
-        entries = [(e, o) for e, o in entries if e < epoch and o < start_offset] + [(epoch, start_offset)]
-        checkpoint.write_leader_epoch_checkpoint(path, entries)
+        _leader_epoch_cache(self.directory).assign_if_newer(epoch, start_offset)
 
     def mark_segments_deleted(self, count: int, *, mark_time_ms: int) -> list[Path]:
         """Phase one of Kafka's asynchronous delete (``deleteSegments``, spec §10.3) for the oldest
@@ -472,8 +494,11 @@ class LocalLog:
     def truncate_to(self, offset: int) -> int:
         """Drop every record at or after ``offset`` (``UnifiedLog.truncateTo``); returns bytes removed.
 
-        Segments wholly at or past ``offset`` are deleted, the one holding it is cut, producer state
-        and the leader-epoch cache are reset to what the remaining log says.
+        Segments whose base offset is past ``offset`` are deleted (``LocalLog.truncateTo``); the one
+        holding it is cut, and one starting at it is emptied and stays, with its snapshot. Producer
+        snapshots out of range go (``truncateAndReload``: past the new log end, or at or below the
+        log start offset); producer state and the leader-epoch cache are reset to what the remaining
+        log says.
         """
         self._check_writable()
         if offset >= self.log_end_offset:
@@ -482,7 +507,8 @@ class LocalLog:
             raise InvalidOffsetError(f"{self.topic_partition}: cannot truncate to {offset}, below the log "
                                      f"start offset {self.log_start_offset}")
         removed = 0
-        keep = [s for s in self._segments if s.base_offset < offset] or [self._segments[0]]
+        # The log start offset is at or past the first base, so at least the first segment stays.
+        keep = [s for s in self._segments if s.base_offset <= offset]
         for segment in self._segments[len(keep):]:
             removed += segment.size
             segment.delete_files()
@@ -491,12 +517,9 @@ class LocalLog:
         removed += keep[-1].truncate_to(offset)
         self._log_end_offset = keep[-1].read_next_offset()
         for path in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}"):
-            if names.offset_from_file_name(path.name) > self.log_end_offset:
+            if not self.log_start_offset < names.offset_from_file_name(path.name) <= self.log_end_offset:
                 path.unlink()
-        epochs = self.directory / names.LEADER_EPOCH_CHECKPOINT
-        if epochs.exists():
-            kept = [(e, o) for e, o in checkpoint.read_leader_epoch_checkpoint(epochs) if o < self.log_end_offset]
-            checkpoint.write_leader_epoch_checkpoint(epochs, kept)
+        _leader_epoch_cache(self.directory).truncate_from_end(self.log_end_offset)
         self._producer_state = None
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         return removed
@@ -584,6 +607,10 @@ class LocalLog:
                 rows = np.flatnonzero((records.offset >= start) & ~control)
                 for row in rows:
                     yield records, int(row)
+
+
+def _leader_epoch_cache(directory: Path) -> checkpoint.LeaderEpochFileCache:
+    return checkpoint.LeaderEpochFileCache(directory / names.LEADER_EPOCH_CHECKPOINT)
 
 
 def _indexes_sane(segment: LogSegment) -> bool:

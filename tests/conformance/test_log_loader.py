@@ -478,8 +478,6 @@ def test_recovery_after_crash_during_split_phase5(tmp_path: Path) -> None:
 
 
 # --- the leader-epoch cache, transactions, snapshots at load ----------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: segment recovery does not rebuild leader-epoch-checkpoint from "
-                                       "the recovered batches' partition leader epochs")
 def test_log_recovers_for_leader_epoch(tmp_path: Path) -> None:
     """LogLoaderTest.testLogRecoversForLeaderEpoch: batches of epochs 1, 2, 2, 3 at 0..3 give entries
     (1,0) (2,1) (3,3); with the last entry removed from the checkpoint, a recovery from the start

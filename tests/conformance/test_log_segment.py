@@ -412,8 +412,6 @@ def test_recover_transaction_index_txn_begun_in_earlier_segment(tmp_path: Path) 
     assert log.aborted_txns() == [(1, 0, 1, 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: segment recovery does not rebuild the leader-epoch "
-                                       "cache (leader-epoch-checkpoint) from the batches it recovers")
 def test_recovery_rebuilds_epoch_cache(tmp_path: Path) -> None:
     """LogSegmentTest.testRecoveryRebuildsEpochCache: batches at 104 (epoch 0), 106 and 108 (epoch 1)
     and 110 (epoch 2) recovered into an empty epoch cache give (0, 104), (1, 106), (2, 110).

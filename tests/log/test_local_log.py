@@ -272,16 +272,16 @@ def test_roll_trims_and_finishes_the_old_segment(tmp_path: Path) -> None:
 def test_producer_snapshot_written_at_roll(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     log = LocalLog.open(d, config())
-    log.append_batch(batch(0, b"a", b"b", ts=NOW - 2000, producer_id=7, producer_epoch=2, base_sequence=0,
+    log.append_batch(batch(0, b"a", b"b", ts=1001, producer_id=7, producer_epoch=2, base_sequence=0,
                            partition_leader_epoch=0), now_ms=NOW)
     log.roll(now_ms=NOW)
     snap = names.snapshot_file(d, 2)
     assert snap.name == "00000000000000000002.snapshot"
     assert read_producer_snapshot(snap) == [ProducerSnapshotEntry(
         producer_id=7, producer_epoch=2, last_sequence=1, last_offset=1, offset_delta=1,
-        timestamp_ms=NOW - 2000, coordinator_epoch=-1, current_txn_first_offset=-1)]
+        timestamp_ms=1001, coordinator_epoch=-1, current_txn_first_offset=-1)]
     # an open transaction of another producer shows in the next snapshot
-    log.append_batch(batch(2, b"t", ts=NOW - 1000, producer_id=9, producer_epoch=0, base_sequence=0,
+    log.append_batch(batch(2, b"t", ts=1002, producer_id=9, producer_epoch=0, base_sequence=0,
                            is_transactional=True, partition_leader_epoch=0), now_ms=NOW)
     log.roll(now_ms=NOW)
     entries = read_producer_snapshot(names.snapshot_file(d, 3))
@@ -289,21 +289,6 @@ def test_producer_snapshot_written_at_roll(tmp_path: Path) -> None:
     assert entries[1].current_txn_first_offset == 2
     assert entries[1].last_offset == 2
     assert entries[0] == read_producer_snapshot(snap)[0]
-
-
-def test_the_snapshot_at_a_roll_leaves_out_expired_producers(tmp_path: Path) -> None:
-    """Kafka's broker drops a producer idle for ``producer.id.expiration.ms`` with no transaction open
-    (``removeExpiredProducers``); the snapshot written at a roll is where that shows here."""
-    d = partition_dir(tmp_path)
-    log = LocalLog.open(d, config(), producer_id_expiration_ms=60_000)
-    log.append_batch(batch(0, b"a", ts=NOW - 60_000, producer_id=7, producer_epoch=0, base_sequence=0,
-                           partition_leader_epoch=0), now_ms=NOW)  # idle for exactly the expiration time
-    log.append_batch(batch(1, b"b", ts=NOW - 59_999, producer_id=8, producer_epoch=0, base_sequence=0,
-                           partition_leader_epoch=0), now_ms=NOW)
-    log.append_batch(batch(2, b"t", ts=NOW - 90_000, producer_id=9, producer_epoch=0, base_sequence=0,
-                           is_transactional=True, partition_leader_epoch=0), now_ms=NOW)  # open: stays
-    log.roll(now_ms=NOW)
-    assert [e.producer_id for e in read_producer_snapshot(names.snapshot_file(d, 3))] == [8, 9]
 
 
 
@@ -336,6 +321,43 @@ def test_leader_epoch_checkpoint_after_appends(tmp_path: Path) -> None:
     assert read_leader_epoch_checkpoint(path) == [(0, 0), (5, 3)]
     log.append_batch(batch(6, b"w"), now_ms=NOW)  # no epoch (-1)
     assert read_leader_epoch_checkpoint(path) == [(0, 0), (5, 3)]
+
+
+def test_recovery_restores_lost_leader_epochs_and_a_read_only_open_does_not(tmp_path: Path) -> None:
+    """Kafka's loader recovers unflushed segments into the epoch cache (``LogSegment.recover``): a
+    checkpoint that lost its last entries gets them back from the batches' partition leader epochs; a
+    read-only open recovers only in memory and leaves the file alone."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    for offset, epoch in ((0, 1), (1, 2), (2, 2), (3, 4)):
+        log.append_batch(batch(offset, b"v", partition_leader_epoch=epoch), now_ms=NOW)
+    log.close()
+    path = d / "leader-epoch-checkpoint"
+    assert path.read_text() == "0\n3\n1 0\n2 1\n4 3\n"
+    path.write_text("0\n1\n1 0\n")
+    LocalLog.open(d, config(), read_only=True).close()
+    assert path.read_text() == "0\n1\n1 0\n"
+    LocalLog.open(d, config(), recovery_point=0).close()
+    assert path.read_text() == "0\n3\n1 0\n2 1\n4 3\n"
+
+
+def test_recovery_that_cuts_the_log_drops_the_epochs_past_its_new_end(tmp_path: Path) -> None:
+    """An epoch that started in the torn batch is gone with it (Kafka's loader: ``truncateFromEnd``),
+    so the next append of an older epoch is not hidden behind it."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    raws = [batch(0, b"a", partition_leader_epoch=0), batch(1, b"b", partition_leader_epoch=3)]
+    for raw in raws:
+        log.append_batch(raw, now_ms=NOW)
+    log.close()
+    path = d / "leader-epoch-checkpoint"
+    assert read_leader_epoch_checkpoint(path) == [(0, 0), (3, 1)]
+    os.truncate(d / "00000000000000000000.log", len(raws[0]) + len(raws[1]) - 5)
+    log = LocalLog.open(d, config())
+    assert log.log_end_offset == 1
+    assert read_leader_epoch_checkpoint(path) == [(0, 0)]
+    log.append_batch(batch(1, b"c", partition_leader_epoch=2), now_ms=NOW)
+    assert read_leader_epoch_checkpoint(path) == [(0, 0), (2, 1)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -602,6 +624,71 @@ def test_a_delete_killed_between_a_segment_and_its_snapshot_leaves_no_stray_snap
         "stray producer snapshot 00000000000000000000.snapshot removed",
         "stray producer snapshot 00000000000000000001.snapshot removed"]
     assert (d / "00000000000000000001.log.deleted").exists()  # the sweep's to delete, not the loader's
+
+
+def _three_producers_in_three_segments(d: Path) -> LocalLog:
+    """Producers 1, 2 and 3 at offsets 0, 1 and 2, a roll after each: snapshots at 1, 2 and 3."""
+    log = LocalLog.open(d, config())
+    for pid in (1, 2, 3):
+        log.append_batch(batch(pid - 1, b"v", ts=NOW, producer_id=pid, producer_epoch=0, base_sequence=0,
+                               partition_leader_epoch=0), now_ms=NOW)
+        log.roll(now_ms=NOW)
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [1, 2, 3]
+    log.close()
+    return log
+
+
+def test_a_corrupt_snapshot_is_skipped_for_the_one_before_and_deleted_only_by_a_writable_open(tmp_path: Path) -> None:
+    """Kafka's ``loadFromSnapshot``: the newest snapshot (at 3) unreadable (version 0), producer state
+    comes from the one at 2 plus the batch at 2. A reader changes nothing; a writable open deletes it."""
+    d = partition_dir(tmp_path)
+    _three_producers_in_three_segments(d)
+    torn = names.snapshot_file(d, 3)
+    torn.write_bytes(b"\0\0" + torn.read_bytes()[2:])
+    before = dir_digest(d)
+    ro = LocalLog.open(d, config(), read_only=True)
+    assert sorted(ro.producer_state().producers) == [1, 2, 3]
+    assert dir_digest(d) == before, "a read-only open changes no file"
+    log = LocalLog.open(d, config(), recovery_point=3)
+    assert not torn.exists()
+    assert [n for n in log.load_report.notes if "corrupt" in n] == [
+        f"corrupt producer snapshot {torn.name} deleted ({torn}: unknown snapshot version 0 at byte 0, expected 1)"]
+    assert sorted(log.producer_state().producers) == [1, 2, 3]
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [1, 2]
+
+
+def test_every_corrupt_snapshot_down_to_a_readable_one_is_deleted(tmp_path: Path) -> None:
+    """Two damaged snapshots (3 and 2) in a row: both go, state comes from the one at 1; the one at the
+    log start offset is never deleted unread, as Kafka's load never reads it (it deletes it first)."""
+    d = partition_dir(tmp_path)
+    _three_producers_in_three_segments(d)
+    for offset in (2, 3):
+        names.snapshot_file(d, offset).write_bytes(b"")
+    log = LocalLog.open(d, config(), recovery_point=3)
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [1]
+    assert sorted(log.producer_state().producers) == [1, 2, 3]
+    names.snapshot_file(d, 1).write_bytes(b"\0" * 10)
+    log = LocalLog.open(d, config(), log_start_offset=1, recovery_point=3)
+    assert sorted(log.producer_state().producers) == [2, 3]  # from the log start: producer 1's batch is below it
+    assert names.snapshot_file(d, 1).exists()
+
+
+def test_truncate_to_a_segment_base_keeps_that_segment_empty(tmp_path: Path) -> None:
+    """``LocalLog.truncateTo(2)`` deletes only the segments above 2, with their snapshots, and keeps the
+    segment at 2, emptied, as the active one; ``truncateAndReload`` also deletes the snapshots at or
+    below the log start offset (1 here), so producer state is read from the one at 2."""
+    d = partition_dir(tmp_path)
+    log = _three_producers_in_three_segments(d)
+    log = LocalLog.open(d, config(), log_start_offset=1, recovery_point=3)
+    assert bases(log) == [0, 1, 2, 3]
+    assert log.truncate_to(2) == len(batch(2, b"v", ts=NOW, producer_id=3, producer_epoch=0, base_sequence=0,
+                                           partition_leader_epoch=0))
+    assert bases(log) == [0, 1, 2] and log.active_segment.size == 0 and log.log_end_offset == 2
+    assert sorted(p.name for p in d.glob("00000000000000000003.*")) == []
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [2]
+    assert sorted(log.producer_state().producers) == [1, 2]
+    log.append_batch(batch(2, b"again"), now_ms=NOW)
+    assert all_records(log, 2) == [(2, b"k2", b"again")] and bases(log) == [0, 1, 2]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ or a fresh numpy array) is a different type from the read-only one ``np.frombuff
 
 Positions in :class:`RecordColumns` index into ``RecordColumns.data``: the file buffer itself when
 every batch is uncompressed v2, otherwise an arena holding each batch's decompressed records section,
-one after the other in batch order.
+one after the other in batch order. A buffer holding legacy (v0/v1) entries, alone or before v2
+batches (a message format upgrade), takes a slower path batch by batch: its arena holds the bytes
+every record spans, in order (``_mixed_records``).
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def legacy_set(magic: int, codec: CompressionType, rows: list[tuple[int, int, by
 
 HEADERS = (("trace", b"t1"), ("none", None))
 # A v0 gzip wrapper, a plain v0 message, a v1 snappy wrapper, then (format upgraded) v2 batches: plain
-# with headers, lz4, an emptied one (as the cleaner leaves a producer's last batch), then legacy again.
+# with headers, lz4, an emptied one (as the cleaner leaves a producer's last batch), then legacy again and
+# one more v2 batch: a run of uncompressed batches, whose records the scan reads in the file itself.
 PARTS: list[tuple[bytes, list[Record]]] = [
     (legacy_set(0, C.GZIP, [(0, -1, b"a", b"0"), (1, -1, None, b"1"), (2, -1, b"a", None)]),
      [Record(0, -1, b"a", b"0"), Record(1, -1, None, b"1"), Record(2, -1, b"a", None)]),
@@ -58,6 +59,7 @@ PARTS: list[tuple[bytes, list[Record]]] = [
      [Record(9, 3_000, b"g", b"9" * 300), Record(10, 3_001, None, b"10")]),
     (build_batch([Record(11, 4_000, b"h", b"11")], producer_id=7, producer_epoch=0, base_sequence=0)[:61], []),
     (legacy_set(1, C.NONE, [(12, 5_000, b"i", b"12")]), [Record(12, 5_000, b"i", b"12")]),
+    (build_batch([Record(13, 6_000, b"j", b"13")]), [Record(13, 6_000, b"j", b"13")]),
 ]
 
 
@@ -76,11 +78,11 @@ WANT = [record for _, want in PARTS for record in want]
 
 def test_mixed_segment_reads_every_batch_by_its_magic() -> None:
     batches = scan_batches(SEGMENT)
-    assert batches.magic.tolist() == [0, 0, 1, 2, 2, 2, 1]
+    assert batches.magic.tolist() == [0, 0, 1, 2, 2, 2, 1, 2]
     assert scanned(SEGMENT) == WANT
     cols = scan_records(SEGMENT, batches)
-    assert cols.batch_index.tolist() == [0, 0, 0, 1, 2, 2, 3, 3, 4, 4, 6]
-    assert cols.headers_count.tolist() == [0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0]
+    assert cols.batch_index.tolist() == [0, 0, 0, 1, 2, 2, 3, 3, 4, 4, 6, 7]
+    assert cols.headers_count.tolist() == [0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0]
 
 
 def test_kafka_python_reads_the_same_records() -> None:
@@ -95,7 +97,7 @@ def test_kafka_python_reads_the_same_records() -> None:
 
 def test_v2_records_span_the_bytes_of_the_same_batch_scanned_alone() -> None:
     cols = scan_records(SEGMENT, scan_batches(SEGMENT))
-    for part in (3, 4):  # the v2 batches with records
+    for part in (3, 4, 7):  # the v2 batches with records
         alone = scan_records(PARTS[part][0], scan_batches(PARTS[part][0]))
         rows = np.flatnonzero(cols.batch_index == part)
         assert len(rows) == len(alone)
@@ -123,7 +125,7 @@ def test_legacy_records_span_their_message_from_its_crc() -> None:
 
 def test_a_window_of_the_segment_gives_its_share() -> None:
     batches = scan_batches(SEGMENT)
-    for lo, hi in ((2, 5), (3, 6), (5, 7)):
+    for lo, hi in ((2, 5), (3, 6), (5, 7), (6, 8)):
         cols = scan_records(SEGMENT, batches.window(lo, hi), workspace=ColumnWorkspace())
         want = [r for i, (_, records) in enumerate(PARTS) if lo <= i < hi for r in records]
         assert [(int(o), cols.key(i), cols.value(i)) for i, o in enumerate(cols.offset)] == \

@@ -581,8 +581,6 @@ def read_legacy(data: bytes) -> list[tuple[int, int, int, bytes]]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a legacy (magic 0/1) compressed wrapper that keeps only some "
-                                       "of its records is refused ('rebuilding legacy wrappers is not supported')")
 @pytest.mark.parametrize("surface", SURFACES)
 def test_clean_corrupt_message_set(tmp_path: Path, surface: str) -> None:
     """LogCleanerTest.testCleanCorruptMessageSet: message sets corrupted by KAFKA-4298 (magic 1 GZIP

@@ -34,7 +34,7 @@ from kafkalog.format import batch as fmt
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.scan import RecordColumns, find_backward_batch, find_corrupt_batch, scan_batches, scan_records
 from kafkalog.log import checkpoint, names
-from kafkalog.log.config import LogConfig
+from kafkalog.log.config import BROKER_CONFIGS, LogConfig
 from kafkalog.log.index import MAX_INT
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files, visible_files
 from kafkalog.log.lock import cleaner_lock
@@ -49,6 +49,7 @@ from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
 from kafkalog.log.split import split_overflowed_segment
 from kafkalog.log.swap import mark_deleted
 
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = int(BROKER_CONFIGS["producer.id.expiration.ms"].default)  # type: ignore[arg-type]
 READ_REOPENS = 8  # how often a reader follows segments renamed under it before it gives up
 _COMPRESSION_BY_TOPIC_NAME = {"uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
                               "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4,
@@ -75,7 +76,8 @@ class AppendInfo:
 class LocalLog:
     def __init__(self, directory: Path, topic_partition: names.TopicPartition, config: LogConfig,
                  segments: list[LogSegment], log_start_offset: int, recovery_point: int,
-                 read_only: bool, report: LoadReport) -> None:
+                 read_only: bool, report: LoadReport,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.directory = directory
         self.topic_partition = topic_partition
         self.config = config
@@ -89,12 +91,14 @@ class LocalLog:
         self._checkpointed_log_start_offset = log_start_offset
         self._producer_state: ProducerState | None = None
         self._snapshot_notes: list[str] = []  # corrupt snapshots a writable log deleted
+        self.producer_id_expiration_ms = producer_id_expiration_ms  # the broker's
 
     # --- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, directory: Path, config: LogConfig, *, log_start_offset: int = 0,
              recovery_point: int | None = None, had_clean_shutdown: bool = False,
-             read_only: bool = False, truncate_corrupt: bool = False) -> LocalLog:
+             read_only: bool = False, truncate_corrupt: bool = False,
+             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> LocalLog:
         """Load a partition directory; ``truncate_corrupt`` lets recovery cut a log at a corrupt
         batch (``kafkalog recover``), otherwise only a torn last batch is cut and corruption raises.
         A read-only open takes no lock: a file renamed away while it loads (a swap, retention) makes
@@ -105,9 +109,11 @@ class LocalLog:
         for attempt in range(READ_REOPENS if read_only else 1):
             while True:
                 try:
-                    return cls._open(directory, config, log_start_offset=log_start_offset,
-                                     recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
-                                     read_only=read_only, truncate_corrupt=truncate_corrupt)
+                    log = cls._open(directory, config, log_start_offset=log_start_offset,
+                                    recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                                    read_only=read_only, truncate_corrupt=truncate_corrupt)
+                    log.producer_id_expiration_ms = producer_id_expiration_ms
+                    return log
                 except FileNotFoundError:
                     if attempt + 1 == READ_REOPENS or not read_only:
                         raise
@@ -462,8 +468,10 @@ class LocalLog:
         active.flush()
         segment = self._new_segment(new_base, now_ms)
         self._segments.append(segment)
-        write_producer_snapshot(names.snapshot_file(self.directory, new_base),
-                                self.producer_state().snapshot_entries())
+        # Kafka's broker drops expired producers on a timer; the snapshot is where that shows here.
+        state = self.producer_state()
+        state.remove_expired(segment.created_ms, self.producer_id_expiration_ms)
+        write_producer_snapshot(names.snapshot_file(self.directory, new_base), state.snapshot_entries())
         self.recovery_point = max(self.recovery_point, new_base)
         return segment
 

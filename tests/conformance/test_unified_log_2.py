@@ -213,8 +213,6 @@ def test_initialization_of_producer_snapshots_upgrade_path(tmp_path: Path) -> No
     assert snapshot_offsets(log) == bases[1:] + [101]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: producer.id.expiration.ms is ignored: an idle producer never "
-                                       "expires from producer state or its snapshots")
 def test_periodic_producer_id_expiration(tmp_path: Path) -> None:
     """UnifiedLogTest.testPeriodicProducerIdExpiration (producer.id.expiration.ms=200): a producer idle
     for 200 ms is gone from the producer state (here: the state a roll 400 ms later snapshots)."""

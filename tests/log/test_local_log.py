@@ -272,16 +272,16 @@ def test_roll_trims_and_finishes_the_old_segment(tmp_path: Path) -> None:
 def test_producer_snapshot_written_at_roll(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     log = LocalLog.open(d, config())
-    log.append_batch(batch(0, b"a", b"b", ts=1001, producer_id=7, producer_epoch=2, base_sequence=0,
+    log.append_batch(batch(0, b"a", b"b", ts=NOW - 2000, producer_id=7, producer_epoch=2, base_sequence=0,
                            partition_leader_epoch=0), now_ms=NOW)
     log.roll(now_ms=NOW)
     snap = names.snapshot_file(d, 2)
     assert snap.name == "00000000000000000002.snapshot"
     assert read_producer_snapshot(snap) == [ProducerSnapshotEntry(
         producer_id=7, producer_epoch=2, last_sequence=1, last_offset=1, offset_delta=1,
-        timestamp_ms=1001, coordinator_epoch=-1, current_txn_first_offset=-1)]
+        timestamp_ms=NOW - 2000, coordinator_epoch=-1, current_txn_first_offset=-1)]
     # an open transaction of another producer shows in the next snapshot
-    log.append_batch(batch(2, b"t", ts=1002, producer_id=9, producer_epoch=0, base_sequence=0,
+    log.append_batch(batch(2, b"t", ts=NOW - 1000, producer_id=9, producer_epoch=0, base_sequence=0,
                            is_transactional=True, partition_leader_epoch=0), now_ms=NOW)
     log.roll(now_ms=NOW)
     entries = read_producer_snapshot(names.snapshot_file(d, 3))
@@ -289,6 +289,21 @@ def test_producer_snapshot_written_at_roll(tmp_path: Path) -> None:
     assert entries[1].current_txn_first_offset == 2
     assert entries[1].last_offset == 2
     assert entries[0] == read_producer_snapshot(snap)[0]
+
+
+def test_the_snapshot_at_a_roll_leaves_out_expired_producers(tmp_path: Path) -> None:
+    """Kafka's broker drops a producer idle for ``producer.id.expiration.ms`` with no transaction open
+    (``removeExpiredProducers``); the snapshot written at a roll is where that shows here."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config(), producer_id_expiration_ms=60_000)
+    log.append_batch(batch(0, b"a", ts=NOW - 60_000, producer_id=7, producer_epoch=0, base_sequence=0,
+                           partition_leader_epoch=0), now_ms=NOW)  # idle for exactly the expiration time
+    log.append_batch(batch(1, b"b", ts=NOW - 59_999, producer_id=8, producer_epoch=0, base_sequence=0,
+                           partition_leader_epoch=0), now_ms=NOW)
+    log.append_batch(batch(2, b"t", ts=NOW - 90_000, producer_id=9, producer_epoch=0, base_sequence=0,
+                           is_transactional=True, partition_leader_epoch=0), now_ms=NOW)  # open: stays
+    log.roll(now_ms=NOW)
+    assert [e.producer_id for e in read_producer_snapshot(names.snapshot_file(d, 3))] == [8, 9]
 
 
 

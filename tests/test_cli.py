@@ -203,6 +203,32 @@ def test_torn_last_batch_is_truncated_and_nothing_before_it_lost(tmp_path: Path)
     assert _consume(tmp_path, "--from-offset", "89", "--print-offset") == ["89\tk89\tv89", "90\tk90\tagain"]
 
 
+def test_a_corrupt_newest_producer_snapshot_is_reported_by_readers_and_deleted_by_recovery(tmp_path: Path) -> None:
+    """Kafka's loader deletes a producer snapshot it cannot read and loads the one before it. Readers
+    (verify, consume, dump) change nothing: verify names the file; a writable open (recover --full)
+    deletes it, says so, and verify then passes."""
+    _create(tmp_path, "t", 1, "segment.bytes=300")
+    _produce(tmp_path, [f"v{i}" for i in range(40)], "--partition", "0", "--batch-records", "5")
+    snapshots = sorted((tmp_path / "t-0").glob("*.snapshot"))
+    assert [p.name[:20] for p in snapshots] == [f"{o:020d}" for o in (10, 20, 30)]
+    newest = snapshots[-1]
+    newest.write_bytes(b"\0\0" + newest.read_bytes()[2:])  # version 0
+    before = tree_digest(tmp_path)
+    verified = run_cli("verify", "--log-dir", str(tmp_path))
+    assert verified.code == 1
+    assert f"PROBLEM {newest}: unknown snapshot version 0 at byte 0, expected 1" in verified.out
+    assert len(_consume(tmp_path)) == 40
+    dumped = run_cli("dump", "--files", str(newest))  # kafka-dump-log's words and exit code
+    assert (dumped.code, dumped.err) == (0, "Snapshot failed schema validation: Snapshot contained an unknown file "
+                                            "version 0\n")
+    assert tree_digest(tmp_path) == before
+    recovered = json.loads(run_cli("recover", "--full", "--json", "--log-dir", str(tmp_path)).out)
+    assert recovered["partitions"][0]["actions"] == [
+        f"corrupt producer snapshot {newest.name} deleted ({newest}: unknown snapshot version 0 at byte 0, expected 1)"]
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.snapshot")) == [p.name for p in snapshots[:2]]
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
+
+
 def test_produce_refuses_to_cut_a_corrupt_batch_in_the_unflushed_tail(tmp_path: Path) -> None:
     _create(tmp_path, "t", 1)
     _produce(tmp_path, [f"k{i}:v{i}" for i in range(30)], "--partition", "0", "--key-separator", ":",
@@ -244,6 +270,27 @@ def test_produce_checks_create_time_against_the_keys_in_effect(tmp_path: Path, c
     assert (done.code, done.err) == (1, f"kafkalog: error: --timestamp-ms {stamp} is outside the topic's accepted "
                                         f"range: more than {refused_by} now\n")
     assert tree_digest(tmp_path) == before
+
+
+
+def test_a_topic_deleted_and_created_again_starts_at_offset_zero(tmp_path: Path) -> None:
+    """Kafka's asyncDelete removes a deleted partition's checkpoint entries: the topic created again under
+    the name does not inherit the log start offset (300) its predecessor's retention moved, and takes
+    appends from offset 0 (with the entry left behind, produce refused: "the log start offset checkpoint
+    says 300 but the log ends at 0")."""
+    _create(tmp_path, "t", 1, "retention.ms=1000", "segment.bytes=4000")
+    _produce(tmp_path, [f"v{i}" for i in range(300)], "--partition", "0", "--timestamp-ms", "1000")
+    applied = run_cli("retention", "apply", "--log-dir", str(tmp_path), "--now-ms", "1700000000000")
+    assert applied.code == 0, applied.err
+    assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n1\nt 0 300\n"
+    deleted = run_cli("topics", "delete", "--log-dir", str(tmp_path), "--topic", "t")
+    assert deleted.code == 0, deleted.err
+    _create(tmp_path, "t")
+    produced = run_cli("produce", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0", stdin="again\n")
+    assert (produced.code, produced.err) == (0, "")
+    assert _consume(tmp_path, "--print-offset") == ["0\tnull\tagain"]
+    assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n0\n"
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 1\n"
 
 
 # --- store: several log dirs, broker config file ---------------------------------------------------

@@ -172,6 +172,9 @@ class LogStore:
             if colliding:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r} "
                                         "('.' and '_' are the same in metric names)")
+            # A new log starts with no history, as Kafka creates it: entries under the name are a deleted
+            # topic's (left by a deletion that predates their removal, or by a broker's), not its own.
+            self._forget_checkpoint_entries(name)
             info = TopicInfo(name, partitions, checkpoint.new_topic_id(), normalised)
             counts = {d: sum(1 for p in self.partitions() if p.log_dir == d) for d in self.log_dirs}
             made: list[Path] = []
@@ -249,11 +252,18 @@ class LogStore:
         return target
 
     def end_topic_delete(self, name: str) -> None:
-        """Every partition dir of ``name`` is renamed: forget the intent."""
+        """Every partition dir of ``name`` is renamed: remove the topic's checkpoint entries, then forget
+        the intent. Kafka's ``asyncDelete`` drops a deleted partition from ``cleaner-offset-checkpoint``
+        and writes the recovery points and log start offsets without it (the high watermarks follow):
+        a topic created again under the name must not inherit them. A crash between the two steps
+        leaves the intent recorded, and whoever finishes the deletion does both again."""
         with self._admin_lock():
             registry, deleting = self._read_registry()
-            if deleting.pop(name, None) is not None:
-                self._write_registry(registry, deleting)
+            if name not in deleting:
+                return  # finished by someone else: the name may belong to a new topic by now
+            self._forget_checkpoint_entries(name)
+            del deleting[name]
+            self._write_registry(registry, deleting)
 
     def deleted_partition_dirs(self) -> list[tuple[TopicPartition, Path]]:
         """Every ``…-delete`` dir (ours or a broker's) across the log dirs, waiting to be removed."""
@@ -357,7 +367,18 @@ class LogStore:
             pending, self._pending = self._pending, None
             for path, updates in pending.items():
                 with log_dir_lock(path.parent):
-                    self._update_offsets(path, updates)
+                    # A partition whose topic was deleted while the block ran must not get back the
+                    # entries its deletion removed (a topic created again would inherit them).
+                    gone = {key for key in updates if not (path.parent / TopicPartition(*key).dir_name).is_dir()}
+                    self._update_offsets(path, {key: None if key in gone else value for key, value in updates.items()})
+
+    def _forget_checkpoint_entries(self, topic: str) -> None:
+        """Remove every entry of ``topic`` from each log dir's offset checkpoints; the caller holds every
+        log dir lock."""
+        for log_dir in self.log_dirs:
+            for name in names.OFFSET_CHECKPOINTS:
+                path = log_dir / name
+                self._update_offsets(path, {key: None for key in self._offsets(path) if key[0] == topic})
 
     def write_checkpoints(self, location: PartitionLocation, log: LocalLog) -> None:
         """Record the log's recovery point and log start offset in its log dir's checkpoint files."""

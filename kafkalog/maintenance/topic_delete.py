@@ -2,10 +2,12 @@
 
 Phase one (:func:`delete_topic`): the topic leaves the registry for its ``deleting`` list, then each
 partition dir is renamed ``<topic>-<partition>.<uuid>-delete`` (its mtime stamped with the mark
-time first) and journalled, then the intent is forgotten. From the first step on, no command lists,
-reads or maintains the topic; a crash between the renames leaves the intent recorded, and
-:func:`finish_topic_deletes` (the next cleanup cycle's scan, or ``topics delete`` run again) renames
-the rest.
+time first) and journalled, then the topic's entries leave the offset checkpoints (recovery points,
+log start offsets, high watermarks, cleaner offsets: a topic created again must not inherit them)
+and the intent is forgotten (``LogStore.end_topic_delete``). From the first step on, no command
+lists, reads or maintains the topic; a crash at any step leaves the intent recorded, and
+:func:`finish_topic_deletes` (the next cleanup cycle's scan, or ``topics delete`` run again)
+renames the rest and removes the entries.
 
 Phase two (:func:`delete_marked_dirs`): a ``-delete`` dir is removed once the broker's
 ``file.delete.delay.ms`` (``log.segment.delete.delay.ms``) has passed on the wall clock since its

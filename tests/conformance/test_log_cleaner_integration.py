@@ -187,8 +187,6 @@ def test_cleaner_test(tmp_path: Path, codec: CompressionType, surface: str) -> N
     assert [r.offset for r in log.records()] == surviving_offsets(appends2, first_dirty2)
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: `kafkalog topics delete` leaves the deleted partitions' "
-                                       "entries in cleaner-offset-checkpoint (a re-created topic inherits them)")
 def test_cleaner_test_deleted_partition_gone_from_checkpoint(tmp_path: Path) -> None:
     """LogCleanerParameterizedIntegrationTest.cleanerTest, its end: once partition log-0 is deleted its
     entry is gone from the cleaner-offset-checkpoint file, so a topic re-created under the same name

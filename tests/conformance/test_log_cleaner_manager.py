@@ -493,8 +493,6 @@ def test_update_checkpoints_should_add_offset_to_partition(tmp_path: Path) -> No
         {("log", 0): 999, ("log", 1): 0}
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: `kafkalog topics delete` leaves the deleted partitions' "
-                                       "entries in cleaner-offset-checkpoint")
 def test_update_checkpoints_should_remove_partition_data(tmp_path: Path) -> None:
     """LogCleanerManagerTest.testUpdateCheckpointsShouldRemovePartitionData: deleting a partition
     removes its entry from the cleaner-offset-checkpoint (Kafka's ``asyncDelete``)."""

@@ -22,7 +22,6 @@ import struct
 from pathlib import Path
 
 import crc32c
-import pytest
 from kafka_log import DAY, T0, ScenarioLog
 
 from kafkalog.format import batch as fmt

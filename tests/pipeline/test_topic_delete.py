@@ -10,7 +10,8 @@ from pathlib import Path
 from conftest import run_cli
 from synthetic import CHANGELOG, EVENTS, build_store
 
-from kafkalog.log.names import TopicPartition
+from kafkalog.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from kafkalog.log.names import OFFSET_CHECKPOINTS, RECOVERY_POINT_CHECKPOINT, TopicPartition
 from kafkalog.log.store import LogStore, PartitionLocation, parse_delete_dir_name
 from kafkalog.pipeline import cycle
 from kafkalog.pipeline.cycle import CycleSettings
@@ -93,3 +94,75 @@ def test_bad_deletes_are_refused_and_change_nothing(tmp_path: Path) -> None:
     internal = run_cli("topics", "delete", "--log-dir", str(log_dir), "--topic", "__consumer_offsets")
     assert internal.code == 1 and "internal topic" in internal.err
     assert sorted(os.listdir(log_dir)) == sorted([*before, "__consumer_offsets-0"])
+
+
+def _checkpoints(log_dir: Path) -> dict[str, dict[tuple[str, int], int]]:
+    return {name: read_offset_checkpoint(log_dir / name) for name in OFFSET_CHECKPOINTS}
+
+
+def _with_entries(log_dir: Path, topic: str, offset: int) -> dict[str, dict[tuple[str, int], int]]:
+    """Give partitions 0 and 1 of ``topic`` an entry in every offset checkpoint; returns the files' entries."""
+    for name in OFFSET_CHECKPOINTS:
+        entries = read_offset_checkpoint(log_dir / name)
+        entries.update({(topic, 0): offset, (topic, 1): offset})
+        write_offset_checkpoint(log_dir / name, entries)
+    return _checkpoints(log_dir)
+
+
+def _without(entries: dict[str, dict[tuple[str, int], int]], topic: str) -> dict[str, dict[tuple[str, int], int]]:
+    return {name: {k: v for k, v in found.items() if k[0] != topic} for name, found in entries.items()}
+
+
+def test_a_crash_before_the_checkpoints_lose_the_topic_is_finished_by_the_next_cycle(tmp_path: Path) -> None:
+    """Kafka's asyncDelete drops a deleted partition from every offset checkpoint. A crash after the renames
+    and before that leaves the intent recorded: the next cycle's scan removes the entries, then the intent;
+    the other topics' entries stay as they were."""
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir = tmp_path / "logs"
+    build_store(log_dir, now_ms)
+    before = _with_entries(log_dir, CHANGELOG, 300)
+    assert all(before[name][(CHANGELOG, 1)] == 300 for name in OFFSET_CHECKPOINTS)
+    store = LogStore([log_dir])
+    store.begin_topic_delete(CHANGELOG, now_ms=now_ms)
+    for partition in (0, 1):
+        store.rename_for_delete(_live(log_dir, CHANGELOG, partition), mark_time_ms=now_ms)
+    assert _checkpoints(log_dir) == before  # the process died here
+    scan = cycle.scan_partitions(tmp_path / "run", CycleSettings("t/1", now_ms, (str(log_dir),)))
+    assert scan["errors"] == []
+    assert _checkpoints(log_dir) == _without(before, CHANGELOG)
+    assert LogStore([log_dir]).deleting_topics() == {}
+
+
+def test_a_batch_of_checkpoint_updates_does_not_bring_back_a_deleted_partition(tmp_path: Path) -> None:
+    """A command that batches its checkpoint updates (``retention apply``, ``recover``) and touched a
+    partition before its topic was deleted writes no entry for it at its end."""
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir = tmp_path / "logs"
+    build_store(log_dir, now_ms)
+    store = LogStore([log_dir])
+    with store.batched_checkpoints():
+        with store.writable_log(store.locate(CHANGELOG, 0)):
+            pass
+        with store.writable_log(store.locate(EVENTS, 0)) as log:
+            log.roll()  # its recovery point moves to its log end
+            events_end = log.log_end_offset
+        done = run_cli("topics", "delete", "--log-dir", str(log_dir), "--topic", CHANGELOG)
+        assert done.code == 0, done.err
+    after = _checkpoints(log_dir)
+    assert not [key for found in after.values() for key in found if key[0] == CHANGELOG]
+    assert after[RECOVERY_POINT_CHECKPOINT][(EVENTS, 0)] == events_end
+
+
+def test_a_topic_created_again_does_not_inherit_entries_under_its_name(tmp_path: Path) -> None:
+    """Entries a deletion left behind (one that predates their removal, or a broker's) are not the new
+    topic's: ``topics create`` removes them, and a produce starts at offset 0."""
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    before = _with_entries(log_dir, "gone", 300)
+    created = run_cli("topics", "create", "--log-dir", str(log_dir), "--topic", "gone", "--partitions", "2")
+    assert created.code == 0, created.err
+    assert _checkpoints(log_dir) == _without(before, "gone") == {name: {} for name in OFFSET_CHECKPOINTS}
+    produced = run_cli("produce", "--log-dir", str(log_dir), "--topic", "gone", "--partition", "1", stdin="x\n")
+    assert produced.code == 0, produced.err
+    assert run_cli("consume", "--log-dir", str(log_dir), "--topic", "gone", "--partition", "1",
+                   "--print-offset").out == "0\tnull\tx\n"

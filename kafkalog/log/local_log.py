@@ -255,9 +255,11 @@ class LocalLog:
         """Kafka's loader on the producer snapshots, as the open listed them (recovery may have removed
         some since): the strays go (``removeStraySnapshots``, ``names.stray_snapshot_offsets``), then
         the newest is read (``loadFromSnapshot``): one that cannot be read is deleted, for the one
-        before it, so no later reader meets it. Kafka's load reads only those above the log start
-        offset and up to the log end (``truncateAndReload`` deletes the others first; here truncation
-        does, ``truncate_to``), so only those are checked."""
+        before it, so no later reader meets it. Kafka's load first deletes those at or below the log
+        start offset or past the log end unread (``truncateAndReload``), so only those in between are
+        read here. kafkalog's load keeps the others (but those past a log end its recovery cut): a
+        reader takes the state a broker holds in memory from the one at the log start offset.
+        Truncation deletes them (``truncate_to``)."""
         snapshots = {names.offset_from_file_name(name): path for name, path in view.items()
                      if name.endswith(names.SNAPSHOT_SUFFIX)}
         for offset in names.stray_snapshot_offsets(snapshots, {s.base_offset for s in self._segments}):

@@ -189,7 +189,7 @@ def run_task(item: Doc) -> Doc:
         elif item["kind"] == "map":
             done = tasks.map_part_task(store, spec, item["part"], Path(item["scratch"]) / f"map-{item['part']}-{tag}")
             out.update(groups=[], maps=[done["stats"]], part=item["part"], prefix=done["prefix"],
-                       txn_events=done["txn_events"])
+                       txn_events=done["txn_events"], end_offset=done["end_offset"])
         else:
             out.update(groups=[tasks.write_group_task(store, spec, item["index"], item["map_prefixes"],
                                                       item["txn_state"], tag)], maps=[])
@@ -297,16 +297,13 @@ class Round:
     recopy_bytes: int = 0
     maps: list[Doc] = field(default_factory=list)  # the key-map stage's outputs
     scratch: Any = None  # where its key maps go, of this run and of killed ones; set with its spec
+    split: bool = False  # a key-map stage of ``spec.parts`` tasks, then a rewrite task per group
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
     def name(self) -> str:  # its tasks' key
         return str(self.location.directory.name)
 
-    @property
-    def split(self) -> bool:
-        """A key-map stage of ``spec.parts`` tasks, then a rewrite task per group."""
-        return self.spec is not None and self.spec.parts > 1
 
     def fail(self, exc: BaseException | str, status: str = "failed") -> None:
         if isinstance(exc, BaseException) and not isinstance(exc, KafkaLogError | OSError):
@@ -388,6 +385,7 @@ def plan_rounds(sc: Any, store: LogStore, job: Job, split_bytes: int | None, map
             # A part of a key map spread over the whole range costs nearly the whole map's inserts (its
             # keys) and the whole range's reading: parts by hash, one per core, halve the inserts each.
             r.spec = replace(r.spec, parts=max(parts, parallelism if huge else 1))
+            r.split = r.spec.parts > 1
 
 
 def item(job: Job, r: Round, kind: str, **extra: Any) -> Doc:
@@ -403,15 +401,28 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
              for p in range(r.spec.parts)]
     first += [item(job, r, "round") for r in live if not r.split]
     outs = run_stage(sc, first, "clean", stages)
-    second = []
+    split = []
     for r in live:
         if not r.split:
             commit(job, r, outs.get(r.name, []), 1)
         elif r.locked and all_ok(r, maps := outs.get(r.name, []), r.spec.parts):
             r.maps = sorted(maps, key=lambda m: m["part"])
-            states = tasks.group_txn_states(r.ctx, r.spec, r.maps)
-            second += [item(job, r, "group", index=i, map_prefixes=[m["prefix"] for m in r.maps], txn_state=state)
-                       for i, state in enumerate(states)]
+            split.append(r)
+    # Parts that hold more keys than the dedupe buffer's map: one capped map finds where the round ends.
+    refit = [r for r in split if not tasks.keys_fit(r.ctx, r.maps)]
+    for r in refit:
+        r.spec = replace(r.spec, parts=1)
+    outs = run_stage(sc, [item(job, r, "map", part=0, scratch=str(r.scratch / f"{job.run_id}-whole")) for r in refit],
+                     "map-whole", stages)
+    second = []
+    for r in split:
+        if r in refit and not all_ok(r, maps := outs.get(r.name, []), 1):
+            continue
+        r.maps = maps if r in refit else r.maps
+        r.spec = tasks.settled(r.ctx, r.spec, r.maps[0]["end_offset"])
+        states = tasks.group_txn_states(r.ctx, r.spec, r.maps)
+        second += [item(job, r, "group", index=i, map_prefixes=[m["prefix"] for m in r.maps], txn_state=state)
+                   for i, state in enumerate(states)]
     outs = run_stage(sc, second, "rewrite", stages)
     for r in live:
         if r.split:
@@ -455,6 +466,8 @@ def commit(job: Job, r: Round, outs: list[Doc], expected: int) -> None:
         return
     started = time.time()
     try:
+        if not r.split:  # the round's one task says where its map ended it
+            r.spec = tasks.settled(r.ctx, r.spec, outs[0]["end_offset"])
         result = tasks.commit_round(r.ctx, r.spec, [g for o in outs for g in o["groups"]],
                                     [m for o in (*r.maps, *outs) for m in o["maps"]], run_id=job.run_id)
     except Exception as exc:  # noqa: BLE001 - this partition fails, the others go on

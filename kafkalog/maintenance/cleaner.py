@@ -64,6 +64,7 @@ from kafkalog.format.scan import (
 )
 from kafkalog.log import checkpoint, names
 from kafkalog.log.background_writer import BackgroundWriter
+from kafkalog.log.config import BrokerConfig
 from kafkalog.log.index import MAX_INT
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files
 from kafkalog.log.local_log import LocalLog
@@ -216,8 +217,11 @@ class CleanContext:
                 tracker.replay(events[segment.base_offset])
         return states
 
-    def groups(self) -> list[list[LogSegment]]:
-        to_group = [s for s in self.segments if s.base_offset < self.end_offset]
+    def groups(self, end_offset: int | None = None) -> list[list[LogSegment]]:
+        """Every segment below the round's end (``end_offset``, if its map filled before the dirty
+        range's end) grouped by size, from the log's first segment."""
+        end = self.end_offset if end_offset is None else end_offset
+        to_group = [s for s in self.segments if s.base_offset < end]
         config = self.log.config
         return group_segments_by_size(to_group, config.segment_bytes, config.segment_index_bytes,
                                       self.first_uncleanable_offset, self.log.segments)
@@ -267,10 +271,10 @@ def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_of
         verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
         key_map = build_key_map(ctx, result.stats, verified)
         result.stats.map_seconds = time.perf_counter() - started
-        result.end_offset = ctx.end_offset
+        result.end_offset = key_map.latest_offset + 1
         started = time.perf_counter()
         tracker = TxnTracker()  # one for the round: transactions are followed from group to group
-        for group in ctx.groups():
+        for group in ctx.groups(result.end_offset):
             cleaned = write_cleaned_group(ctx, group, key_map, tracker, result.stats, verified)
             swap_cleaned_group(ctx, cleaned, lock_timeout_s)
             result.groups.append((cleaned.source_bases, cleaned.base_offset))
@@ -283,12 +287,12 @@ def finish_round(ctx: CleanContext, result: CleanResult, run_id: str) -> None:
     """After every group is swapped: the cleaner checkpoint, and the round in the journal."""
     location = ctx.location
     tp = location.topic_partition
-    _write_cleaner_checkpoint(location, ctx.end_offset)
+    _write_cleaner_checkpoint(location, result.end_offset)
     journal.append(location.log_dir, journal.JournalEntry(
         run_id, ctx.clock.wall_ms, tp.topic, tp.partition, "compact",
-        tuple(b for _, b in result.groups), f"cleaned [{ctx.first_dirty_offset}, {ctx.end_offset})",
+        tuple(b for _, b in result.groups), f"cleaned [{ctx.first_dirty_offset}, {result.end_offset})",
         result.stats.bytes_read - result.stats.bytes_written,
-        extra={"first_dirty_offset": ctx.first_dirty_offset, "end_offset": ctx.end_offset,
+        extra={"first_dirty_offset": ctx.first_dirty_offset, "end_offset": result.end_offset,
                "stats": result.stats.to_dict(), "groups": result.groups}))
 
 
@@ -363,12 +367,26 @@ def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
             if s.base_offset < end and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
 
 
+def key_map_capacity(broker: BrokerConfig) -> int:
+    """The keys a round's map may hold: Kafka's ``SkimpyOffsetMap`` over each cleaner thread's share of
+    ``log.cleaner.dedupe.buffer.size`` (24 bytes a slot), filled to ``log.cleaner.io.buffer.load.factor``.
+    kafkalog's map is exact (key bytes, not digests) and takes ~40 bytes a key plus long keys' bytes,
+    so it counts keys as Kafka does and uses about 1.7x the buffer for short keys."""
+    memory = min(broker.log_cleaner_dedupe_buffer_size // max(broker.log_cleaner_threads, 1), MAX_INT)
+    return max(1, int(memory // 24 * broker.log_cleaner_io_buffer_load_factor))
+
+
 def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *, part: int = 0,
                   parts: int = 1) -> KeyMap:
     """The key map of the dirty range; with ``parts`` > 1 only of the keys that the ``part``-th of
     that many maps owns by hash (``HashedKeyMap`` answers from all of them as from one map). Every
     part reads the whole dirty range but checks the CRCs of only its slice of the dirty segments
     (``map_slices``), so that together the parts check each segment once.
+
+    A whole map (``parts`` = 1) holds at most ``key_map_capacity`` keys, as Kafka's does: when the
+    dirty range holds more, the round covers only the prefix whose keys fit, and the next round goes
+    on from there (spec §8.4 step 3). The round's end is the map's ``latest_offset`` + 1. Parts are
+    not capped: they serve rounds whose keys fit (``cleaning_tasks.keys_fit``).
 
     Aborted transactions in the range are followed in offset order, each to its marker."""
     start, end = ctx.first_dirty_offset, ctx.end_offset
@@ -377,7 +395,8 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
     workspace = _scratch.source  # one segment's columns at a time: the map keeps what it needs
     aborted = [t for t in ctx.aborted if t.last_offset >= start and t.first_offset < end]
     tracker = TxnTracker(aborted)
-    key_map = KeyMap(tracked=(start, end), part=part, parts=parts, range_bytes=sum(s.size for s in dirty))
+    key_map = KeyMap(tracked=(start, end), part=part, parts=parts, range_bytes=sum(s.size for s in dirty),
+                     max_entries=key_map_capacity(ctx.store.broker) if parts == 1 else None)
     audit = _TxnIndexAudit(aborted)
     for segment in dirty:
         checked = segment.base_offset in own
@@ -386,6 +405,8 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             verified.add(segment.base_offset)
             stats.dirty_bytes += len(data)
         for lo, hi in segment_batches.windows(WINDOW_BYTES):
+            if key_map.full_at is not None:
+                break
             batches = segment_batches.window(lo, hi)
             where = f"{segment.log_path}: "
             has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
@@ -415,11 +436,25 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             rows = np.flatnonzero((records.key_len >= 0) & (records.offset >= start) & (records.offset < end)
                                   & ~skip[records.batch_index])
             key_map.add(records, rows)
+        if key_map.full_at is not None:
+            end = _round_end(segment, segment_batches, key_map.full_at, key_map.last_inserted)
+            break
     audit.check(start)
     key_map.update_latest_offset(end - 1)
     stats.map_records = key_map.records
     stats.map_keys = len(key_map)
     return key_map
+
+
+def _round_end(segment: LogSegment, batches: BatchColumns, full_at: int, last_inserted: int) -> int:
+    """Where a round whose map filled at the record at ``full_at`` (of ``segment``) ends: Kafka's map
+    moves its latest offset to each record it takes, to each batch's last offset once the batch is
+    read, and to the next segment's base - 1 once a segment is; the record that finds it full stops
+    all of that."""
+    b = int(np.searchsorted(batches.last_offset, full_at))  # the batch holding it
+    if last_inserted >= int(batches.base_offset[b]):
+        return last_inserted + 1  # the map filled within this batch
+    return int(batches.last_offset[b - 1]) + 1 if b else segment.base_offset
 
 
 class _TxnIndexAudit:

@@ -6,7 +6,10 @@ outputs.
 The driver, holding the partition's cleaner lock throughout, resolves a crashed cleaner's leftovers
 and fixes the round in a ``RoundSpec`` (``plan_round``). Tasks build the key map and write every group
 (``clean_round_task``); a partition too big for one task has its map built in ``spec.parts`` parts
-that share the keys by hash (``map_part_task``), then one task per group (``write_group_task``). The
+that share the keys by hash (``map_part_task``), then one task per group (``write_group_task``). A
+whole map holds at most the dedupe buffer's keys, as Kafka's does, and says where the round ends
+(``settled``); parts are not capped, so when they hold more keys than that (``keys_fit``) the map is
+built again whole. The
 driver checks each group against the size and CRC-32C its attempt reported and swaps it in with
 Kafka's ``.cleaned -> .swap`` protocol (``commit_round``), then removes every other attempt's output
 (``discard_attempts``).
@@ -38,6 +41,7 @@ from kafkalog.maintenance.cleaner import (
     build_key_map,
     dirty_segments,
     finish_round,
+    key_map_capacity,
     map_slices,
     open_clean_context,
     resolve_leftovers,
@@ -65,6 +69,9 @@ class RoundSpec:
     producers: dict[int, tuple[int, int]]  # producer id -> (last data offset, epoch), read by the driver
     groups: list[list[int]]  # each group's source base offsets
     parts: int  # key maps sharing the keys by hash: 1 for the one-task round
+    # Where the round ends: the dirty range's end as planned, until a whole key map (capped by the
+    # dedupe buffer, as Kafka's) says where it filled (``settled``).
+    end_offset: int
 
     def open(self, store: LogStore) -> CleanContext:
         location = store.locate(self.topic, self.partition)
@@ -96,7 +103,20 @@ def plan_round(store: LogStore, location: PartitionLocation, first_dirty_offset:
         else []
     tp = location.topic_partition
     return RoundSpec(tp.topic, tp.partition, first_dirty_offset, first_uncleanable_offset, now_ms, wall_now_ms,
-                     ctx.producers, groups, parts), ctx
+                     ctx.producers, groups, parts, ctx.end_offset), ctx
+
+
+def settled(ctx: CleanContext, spec: RoundSpec, end_offset: int) -> RoundSpec:
+    """The round once its key map says where it ends: the groups of every segment below that."""
+    return dataclasses.replace(spec, end_offset=end_offset,
+                               groups=[[s.base_offset for s in g] for g in ctx.groups(end_offset)])
+
+
+def keys_fit(ctx: CleanContext, maps: list[dict[str, Any]]) -> bool:
+    """Whether a round's key map in hashed parts (built without a cap) holds fewer keys than a whole
+    map may (``key_map_capacity``): then the round ends where the dirty range does, as Kafka's would;
+    else it must be mapped again as one capped map, to end where Kafka's fills."""
+    return len(maps) == 1 or sum(int(m["stats"]["map_keys"]) for m in maps) < key_map_capacity(ctx.store.broker)
 
 
 def attempt_suffix(tag: str) -> str:
@@ -130,9 +150,11 @@ def clean_round_task(store: LogStore, spec: RoundSpec, tag: str) -> dict[str, An
     ctx = spec.open(store)
     verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
     key_map, stats = _key_map(ctx, verified)
+    end = key_map.latest_offset + 1
     tracker = TxnTracker()  # the groups are written in turn: the tracker carries from one to the next
-    return {"maps": [stats.to_dict()],
-            "groups": [_write_group(ctx, g, key_map, tracker, verified, tag) for g in spec.groups]}
+    return {"maps": [stats.to_dict()], "end_offset": end,
+            "groups": [_write_group(ctx, [s.base_offset for s in g], key_map, tracker, verified, tag)
+                       for g in ctx.groups(end)]}
 
 
 def map_part_task(store: LogStore, spec: RoundSpec, part: int, prefix: Path) -> dict[str, Any]:
@@ -144,9 +166,9 @@ def map_part_task(store: LogStore, spec: RoundSpec, part: int, prefix: Path) -> 
     key_map, stats = _key_map(ctx, set(), part, spec.parts)
     prefix.parent.mkdir(parents=True, exist_ok=True)
     key_map.save(prefix)
-    by_base = {s.base_offset: s for s in ctx.segments}
-    before_last = [by_base[b] for g in spec.groups[:-1] for b in g]
-    return {"part": part, "prefix": str(prefix), "stats": stats.to_dict(),
+    end = key_map.latest_offset + 1  # a whole map's may be short of the dirty range's end
+    before_last = [s for g in ctx.groups(end)[:-1] for s in g]
+    return {"part": part, "prefix": str(prefix), "stats": stats.to_dict(), "end_offset": end,
             "txn_events": {s.base_offset: txn_events(s) for s in map_slices(before_last, spec.parts)[part]}}
 
 
@@ -163,7 +185,7 @@ def write_group_task(store: LogStore, spec: RoundSpec, index: int, map_prefixes:
     """Step 3 of a huge partition: group ``index`` written under ``tag`` from the saved key-map parts,
     its transaction tracker starting from ``txn_state`` (``group_txn_states``)."""
     ctx = spec.open(store)
-    key_map = HashedKeyMap([KeyMap.load(Path(p)) for p in map_prefixes], ctx.end_offset - 1)
+    key_map = HashedKeyMap([KeyMap.load(Path(p)) for p in map_prefixes], spec.end_offset - 1)
     # The map tasks checked the CRCs of the dirty segments; the group checks those of the clean ones.
     return _write_group(ctx, spec.groups[index], key_map, TxnTracker.from_state(txn_state),
                         {s.base_offset for s in dirty_segments(ctx)}, tag)
@@ -185,7 +207,7 @@ def commit_round(ctx: CleanContext, spec: RoundSpec, groups: list[dict[str, Any]
                          map_seconds=max((m.get("map_seconds", 0.0) for m in maps), default=0.0),
                          clean_seconds=max((g["stats"]["clean_seconds"] for g in groups), default=0.0))
     tp = ctx.location.topic_partition
-    result = CleanResult(tp.topic, tp.partition, ctx.first_dirty_offset, ctx.end_offset, stats=stats)
+    result = CleanResult(tp.topic, tp.partition, ctx.first_dirty_offset, spec.end_offset, stats=stats)
     for sources in spec.groups:
         doc = by_base[sources[0]]
         cleaned = CleanedGroup(doc["base_offset"], list(doc["source_bases"]),

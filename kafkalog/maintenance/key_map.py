@@ -96,10 +96,16 @@ class KeyMap(_Supersession):
     ``part`` owns by hash (one of the parts a ``HashedKeyMap`` answers from)."""
 
     def __init__(self, capacity: int = 1 << 16, tracked: tuple[int, int] | None = None, *, part: int = 0,
-                 parts: int = 1, range_bytes: int | None = None) -> None:
+                 parts: int = 1, range_bytes: int | None = None, max_entries: int | None = None) -> None:
         if not 0 <= part < parts:
             raise ValueError(f"key map part {part} of {parts}")
+        if max_entries is not None and (parts > 1 or max_entries < 1):
+            raise ValueError(f"a key map of at most {max_entries} keys must be whole and hold one at least")
         self.part, self.parts = part, parts
+        # Kafka's buildOffsetMap: a keyed record that finds the map holding max_entries keys fills it
+        # (even if its key is there already); nothing from it on is added, and the round ends before it.
+        self.max_entries = max_entries
+        self.full_at: int | None = None  # the offset of the record that found the map full
         self._table = np.zeros((capacity, SLOT_WORDS), dtype=np.int64)
         self._arena = np.empty(1 << 16, dtype=np.uint8)
         self._arena_used = 0
@@ -156,9 +162,24 @@ class KeyMap(_Supersession):
         return int(bad)
 
     def _put(self, data: npt.NDArray[np.uint8], hashed: I64, staged: I64, owned: bool = False) -> None:
-        """Insert the rows this map owns (``owned``: all of them, filtered when they were hashed)."""
-        if not len(hashed):
+        """Insert the rows this map owns (``owned``: all of them, filtered when they were hashed), in
+        offset order, until the map is full (``max_entries``)."""
+        if self.full_at is not None or not len(hashed):
             return
+        if self.max_entries is None or self._size + len(hashed) <= self.max_entries:
+            self._put_rows(data, hashed, staged, owned)
+            return
+        done = 0  # rows are inserted in runs that cannot fill the map before their last row
+        while done < len(hashed):
+            room = self.max_entries - self._size
+            if room <= 0:
+                self.full_at = int(hashed[done, 3])
+                return
+            run = hashed[done:done + room]
+            self._put_rows(data, run, staged[:len(run)], owned)
+            done += len(run)
+
+    def _put_rows(self, data: npt.NDArray[np.uint8], hashed: I64, staged: I64, owned: bool) -> None:
         first, last = int(hashed[:, 3].min()), int(hashed[:, 3].max())
         self._inserted = (first if self._inserted[0] < 0 else min(first, self._inserted[0]),
                           max(last, self._inserted[1]))
@@ -169,6 +190,11 @@ class KeyMap(_Supersession):
                                                       self._superseded, self._tracked_base, staged, part, parts)
         self._size += added
         self.records += inserted
+
+    @property
+    def last_inserted(self) -> int:
+        """The offset of the last row inserted (rows come in offset order), -1 before any."""
+        return self._inserted[1]
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset

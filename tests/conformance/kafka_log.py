@@ -11,6 +11,7 @@ its upper bound the cleanable range's (active segment base, last stable offset, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from collections.abc import Iterator, Sequence
@@ -120,8 +121,9 @@ class ScenarioLog:
     def spark_tasks_round(self, now_ms: int, *, wall_now_ms: int, parts: int = 2) -> dict[str, object]:
         """The round ``spark_jobs/compact_logs.py`` runs for this topic, its tasks run here in turn as
         Spark would run them on a cluster: the plan, the cleaner lock, the key map in ``parts`` parts
-        and one task per group (the split round, where groups are written apart from each other),
-        then the driver's commit. Returns ``{"cleaned": [{"end_offset": ...}]}`` like the CLI."""
+        (again whole if they hold more keys than the dedupe buffer's map), one task per group (the
+        split round, where groups are written apart from each other), then the driver's commit.
+        Returns ``{"cleaned": [{"end_offset": ...}]}`` like the CLI."""
         from kafkalog.log.lock import cleaner_lock
         from kafkalog.maintenance import cleaning_tasks as tasks
         from kafkalog.pipeline.plans import apply_checkpoint_resets, plan_compaction
@@ -140,6 +142,10 @@ class ScenarioLog:
                     spec = tasks.RoundSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as a task gets it
                     scratch = self.log_dir.parent / f"{self.log_dir.name}-spark-scratch"
                     maps = [tasks.map_part_task(self.store, spec, p, scratch / f"map-{p}") for p in range(parts)]
+                    if not tasks.keys_fit(ctx, maps):  # more keys than a whole map holds: map it whole
+                        spec = dataclasses.replace(spec, parts=1)
+                        maps = [tasks.map_part_task(self.store, spec, 0, scratch / "map-whole")]
+                    spec = tasks.settled(ctx, spec, maps[0]["end_offset"])
                     prefixes = [m["prefix"] for m in maps]
                     states = tasks.group_txn_states(ctx, spec, maps)
                     groups = [tasks.write_group_task(self.store, spec, i, prefixes, state, f"attempt-{i}")

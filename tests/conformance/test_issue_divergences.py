@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,49 @@ def test_a_segment_holding_offsets_beyond_its_base_is_reported_and_split_not_tru
     assert log.keys_in_log() == ["a", "b", "c", "d"]
     _segments_fit_their_base(log)
     assert log.verify().code == 0
+
+
+def _journal_rounds(log: ScenarioLog) -> list[dict[str, object]]:
+    """The compaction rounds the maintenance journal holds for the partition, oldest first."""
+    import json as _json
+
+    from kafkalog.log import names
+
+    lines = (log.log_dir / names.JOURNAL_FILE).read_text().splitlines()
+    return [doc for doc in map(_json.loads, lines) if doc.get("action") == "compact"]
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+def test_a_small_dedupe_buffer_cleans_in_prefixes_and_ends_where_one_big_round_does(
+        tmp_path: Path, surface: str) -> None:
+    """``log.cleaner.dedupe.buffer.size`` bounds a round's key map as Kafka's SkimpyOffsetMap is bounded
+    (24 bytes a key, filled to ``log.cleaner.io.buffer.load.factor``): with room for 20 keys a dirty
+    section of 300 records over 120 keys is cleaned a prefix at a time, no round mapping more than 20
+    keys, and once nothing is dirty the log holds exactly what one round with the default buffer left."""
+    import random
+
+    def build(where: Path, **broker: str | int) -> ScenarioLog:
+        log = ScenarioLog(where, cleanup_policy="compact", segment_bytes=2048, broker=broker or None)
+        rng = random.Random(7)
+        rows = [(f"k{rng.randrange(120)}".encode(), None if i % 11 == 0 else f"v{i}".encode(), (), T0 + i)
+                for i in range(300)]
+        with log.writable() as writable:
+            writable.append_records(rows, batch_records=1, now_ms=T0)
+            writable.roll(now_ms=T0)
+        return log
+
+    big = build(tmp_path / "big")
+    small = build(tmp_path / "small", log_cleaner_dedupe_buffer_size=23 * 24)  # 23 slots: 20 keys at 0.9
+    assert len(big.compact(T0, surface=surface)["cleaned"]) == 1  # type: ignore[arg-type]
+    ends = []
+    for _ in range(40):
+        cleaned = small.compact(T0, surface=surface)["cleaned"]
+        if not cleaned:
+            break
+        ends.append(cleaned[0]["end_offset"])  # type: ignore[index]
+    assert len(ends) > 5 and ends == sorted(ends) and ends[-1] == 300
+    assert max(int(r["extra"]["stats"]["map_keys"]) for r in _journal_rounds(small)) == 20  # type: ignore[index]
+    assert small.records() == big.records()
+    # The same batches, though in other segments: each round regroups what it recopies.
+    assert [dataclasses.replace(b, segment=0) for b in small.batches()] == \
+        [dataclasses.replace(b, segment=0) for b in big.batches()]

@@ -23,8 +23,9 @@ How Kafka's calls are stood for:
 - Kafka's ``FakeOffsetMap`` preloaded with keys at Long.MaxValue ("pretend these keys have later
   offsets"): kafkalog's cleaner has no map to preload, so the later offsets are real records of those
   keys appended after the segments that Kafka cleans, inside the cleaned range.
-- kafkalog's key map is exact (keyed by the whole key, never full); Kafka's is capped by the dedupe
-  buffer and then cleans a prefix of the dirty section. The scenarios that depend on the cap set
+- kafkalog's key map is exact (keyed by the whole key, not its MD5 digest) but holds as many keys as
+  Kafka's would in the same dedupe buffer, and a round whose keys do not fit cleans a prefix of the
+  dirty section, as Kafka's does. The scenarios that depend on the cap set
   ``log.cleaner.dedupe.buffer.size`` as a broker would, and say so.
 """
 
@@ -248,8 +249,6 @@ def multi_pass_log(tmp_path: Path) -> ScenarioLog:
     return log
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: log.cleaner.dedupe.buffer.size does not cap the key map, "
-                                       "so a full map never makes the round clean a prefix (known, being fixed)")
 @pytest.mark.parametrize("surface", SURFACES)
 def test_multi_pass_segment_cleaning_with_aborted_transactions(tmp_path: Path, surface: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,8 +277,8 @@ def test_multi_pass_segment_cleaning_with_aborted_transactions(tmp_path: Path, s
 
 @pytest.mark.parametrize("surface", SURFACES)
 def test_multi_pass_segment_cleaning_with_aborted_transactions_exact_map(tmp_path: Path, surface: str) -> None:
-    """LogCleanerTest.testMultiPassSegmentCleaningWithAbortedTransactions with kafkalog's exact key
-    map, which maps the whole dirty section in one round: round 1 ends at 20 with Kafka's round-2
+    """LogCleanerTest.testMultiPassSegmentCleaningWithAbortedTransactions with the default dedupe
+    buffer, whose map takes the whole dirty section in one round: round 1 ends at 20 with Kafka's round-2
     records (aborted data and superseded keys gone) and, as Kafka's round 1, the txn index intact
     (the aborted data was still there to remove); round 2 drops the index entries; after
     delete.retention.ms round 3 removes the ABORT markers, ending where Kafka ends."""
@@ -774,8 +773,6 @@ def test_log_cleaner_stats(tmp_path: Path, surface: str) -> None:
     assert log.offsets_in_log() == [3, 4]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: log.cleaner.dedupe.buffer.size does not cap the key map, "
-                                       "so a full map never makes the round clean a prefix (known, being fixed)")
 @pytest.mark.parametrize("surface", SURFACES)
 def test_partial_segment_clean(tmp_path: Path, surface: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """LogCleanerTest.testPartialSegmentClean: with a key map of one entry (Kafka's 2 slots at load

@@ -345,8 +345,6 @@ def test_build_offset_map_fake_large(tmp_path: Path) -> None:
     assert map_lookup(key_map, ["0", "1"]) == [0, 7_206_178]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: log.cleaner.dedupe.buffer.size does not cap the key map, "
-                                       "so a full map never makes the round clean a prefix (known, being fixed)")
 @pytest.mark.parametrize("surface", SURFACES)
 def test_build_partial_offset_map(tmp_path: Path, surface: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """LogCleanerTest.testBuildPartialOffsetMap: a key map of 2 entries (Kafka's 3 slots at load factor

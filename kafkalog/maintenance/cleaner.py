@@ -70,6 +70,7 @@ from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.segment import LogSegment, SegmentSettings
+from kafkalog.log.split import split_overflowed_segment
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
@@ -255,6 +256,26 @@ def resolve_leftovers(location: PartitionLocation, lock_timeout_s: float = 30.0)
             apply_temp_file_plan(plan_temp_files(location.directory))
 
 
+def split_overflowed_segments(ctx: CleanContext, lock_timeout_s: float = 30.0) -> None:
+    """Kafka's cleaner splits a segment of the round whose offsets overflow its base (a cleaned segment
+    based there could not index them: legacy KAFKA-6264, or an older kafkalog's cleaner) and aborts
+    the round; the next round cleans the split segments. Only a segment followed by a gap of more
+    than ``MAX_INT`` offsets can hold such offsets, so only those are read."""
+    bases = [s.base_offset for s in ctx.log.segments]
+    overflowed = [s for s, after in zip(ctx.segments, bases[1:], strict=False)
+                  if s.base_offset < ctx.end_offset and after - 1 - s.base_offset > MAX_INT
+                  and s.read_next_offset() - 1 - s.base_offset > MAX_INT]
+    if not overflowed:
+        return
+    directory = ctx.location.directory
+    with partition_lock(directory, timeout_s=lock_timeout_s):
+        for segment in overflowed:
+            split_overflowed_segment(directory, segment.base_offset)
+    raise CleanerError(f"{directory}: segments {[s.base_offset for s in overflowed]} held offsets more than {MAX_INT} "
+                       "above their base; each was split into segments that fit, as Kafka's cleaner does, and the "
+                       "round aborted: the next round cleans them")
+
+
 def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_offset: int,
                     first_uncleanable_offset: int, *, now_ms: int, wall_now_ms: int | None = None,
                     run_id: str = "", lock_timeout_s: float = 30.0) -> CleanResult:
@@ -267,6 +288,7 @@ def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_of
             return result
         ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
                                  wall_now_ms=wall_now_ms)
+        split_overflowed_segments(ctx, lock_timeout_s)
         started = time.perf_counter()
         verified: set[int] = set()  # segments whose CRCs the map build checked: not checked again
         key_map = build_key_map(ctx, result.stats, verified)

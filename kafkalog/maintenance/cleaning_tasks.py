@@ -45,6 +45,7 @@ from kafkalog.maintenance.cleaner import (
     map_slices,
     open_clean_context,
     resolve_leftovers,
+    split_overflowed_segments,
     swap_cleaned_group,
     txn_events,
     write_cleaned_group,
@@ -99,6 +100,7 @@ def plan_round(store: LogStore, location: PartitionLocation, first_dirty_offset:
     resolve_leftovers(location)
     ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
                              wall_now_ms=wall_now_ms)
+    split_overflowed_segments(ctx)
     groups = [[s.base_offset for s in g] for g in ctx.groups()] if first_uncleanable_offset > first_dirty_offset \
         else []
     tp = location.topic_partition

@@ -408,8 +408,6 @@ def check_cleaning_after_split(log: ScenarioLog, surface: str) -> None:
     assert not has_offset_overflow(log)
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: the cleaner never splits a segment whose offsets overflow its "
-                                       "base (only `kafkalog recover` does); every round refuses that group")
 @pytest.mark.parametrize("surface", SURFACES)
 def test_segment_with_offset_overflow(tmp_path: Path, surface: str) -> None:
     """LogCleanerTest.testSegmentWithOffsetOverflow: a segment whose offsets overflow its base is split

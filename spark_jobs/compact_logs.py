@@ -409,7 +409,7 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
             r.maps = sorted(maps, key=lambda m: m["part"])
             split.append(r)
     # Parts that hold more keys than the dedupe buffer's map: one capped map finds where the round ends.
-    refit = [r for r in split if not tasks.keys_fit(r.ctx, r.maps)]
+    refit = [r for r in split if not tasks.keys_fit(r.ctx, [m for o in r.maps for m in o["maps"]])]
     for r in refit:
         r.spec = replace(r.spec, parts=1)
     outs = run_stage(sc, [item(job, r, "map", part=0, scratch=str(r.scratch / f"{job.run_id}-whole")) for r in refit],

@@ -52,9 +52,9 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
-# --- the corruptions: each damages a copy of the store and returns the file a message must name ----------
-def _segment(log_dir: Path, suffix: str) -> Path:
-    return log_dir / "t-0" / f"{DAMAGED}{suffix}"
+# --- the corruptions: each damages a partition of a copy of the store and returns the file a message must name
+def _segment(partition: Path, suffix: str) -> Path:
+    return partition / f"{DAMAGED}{suffix}"
 
 
 def _batch_position(data: bytes, index: int) -> int:
@@ -85,38 +85,42 @@ def _write(path: Path, data: bytes) -> str:
     return path.name
 
 
-def _decreasing_time_index(log_dir: Path) -> str:
-    path = _segment(log_dir, ".timeindex")
+def _decreasing_time_index(partition: Path) -> str:
+    path = _segment(partition, ".timeindex")
     entries = path.read_bytes()
     return _write(path, (NOW_MS + HOUR_MS).to_bytes(8, "big") + entries[8:12] + entries[:12])
 
 
-def _indexes_missing(log_dir: Path) -> str:
-    _segment(log_dir, ".index").unlink()
-    _segment(log_dir, ".timeindex").unlink()
+def _indexes_missing(partition: Path) -> str:
+    _segment(partition, ".index").unlink()
+    _segment(partition, ".timeindex").unlink()
     return f"{DAMAGED}.index"
 
 
-def _index_symlink(log_dir: Path) -> str:
-    outside = log_dir.parent / f"{log_dir.name}-outside.bin"
+def _index_symlink(partition: Path) -> str:
+    outside = partition.parent.parent / f"{partition.parent.name}-{partition.name}-outside.bin"
     outside.write_bytes(b"x" * 4096)
-    _segment(log_dir, ".index").unlink()
-    _segment(log_dir, ".index").symlink_to(outside)
+    _segment(partition, ".index").unlink()
+    _segment(partition, ".index").symlink_to(outside)
     return f"{DAMAGED}.index"
 
 
-def _fifo(log_dir: Path) -> str:
-    os.mkfifo(log_dir / "t-0" / "00000000000000099999.log")
+def _fifo(partition: Path) -> str:
+    os.mkfifo(partition / "00000000000000099999.log")
     return "00000000000000099999.log"
 
 
-def _log_start_past_end(log_dir: Path) -> str:
-    checkpoint.write_offset_checkpoint(log_dir / names.LOG_START_OFFSET_CHECKPOINT, {("t", 0): 5000})
+def _log_start_past_end(partition: Path) -> str:
+    tp = names.parse_partition_dir_name(partition.name)
+    assert tp is not None
+    path = partition.parent / names.LOG_START_OFFSET_CHECKPOINT
+    entries = checkpoint.read_offset_checkpoint(path)
+    checkpoint.write_offset_checkpoint(path, {**entries, (tp.topic, tp.partition): 5000})
     return names.LOG_START_OFFSET_CHECKPOINT
 
 
-def _epoch_garbage(log_dir: Path) -> str:
-    return _write(log_dir / "t-0" / names.LEADER_EPOCH_CHECKPOINT, b"garbage\n")
+def _epoch_garbage(partition: Path) -> str:
+    return _write(partition / names.LEADER_EPOCH_CHECKPOINT, b"garbage\n")
 
 
 CORRUPTIONS: dict[str, Callable[[Path], str]] = {
@@ -126,9 +130,9 @@ CORRUPTIONS: dict[str, Callable[[Path], str]] = {
     "negative index position": lambda d: _write(_segment(d, ".index"), bytes.fromhex("00000002ffffff00")),
     "decreasing time index": _decreasing_time_index,
     "indexes missing": _indexes_missing,
-    "batch length": lambda d: _damage_third_batch(d / "t-0", "length"),
-    "batch base offset": lambda d: _damage_third_batch(d / "t-0", "base-offset"),
-    "batch CRC": lambda d: _damage_third_batch(d / "t-0", "crc"),
+    "batch length": lambda d: _damage_third_batch(d, "length"),
+    "batch base offset": lambda d: _damage_third_batch(d, "base-offset"),
+    "batch CRC": lambda d: _damage_third_batch(d, "crc"),
     "index symlinked outside": _index_symlink,
     "FIFO segment": _fifo,
     "log start past the end": _log_start_past_end,
@@ -226,7 +230,7 @@ def test_every_command_answers_right_or_refuses_and_changes_nothing(
     for command in COMMANDS:
         log_dir = tmp_path / command.replace(" ", "_")
         shutil.copytree(template, log_dir, symlinks=True)
-        named = CORRUPTIONS[corruption](log_dir)
+        named = CORRUPTIONS[corruption](log_dir / "t-0")
         before = _state(log_dir)
         code, out, err = _run(log_dir, command)
         want = expected(corruption, command)

@@ -76,6 +76,7 @@ from kafkalog.log.swap import replace_segments
 from kafkalog.log.txn_index import AbortedTxn
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.key_map import KeyMap, Supersession
+from kafkalog.maintenance.throttle import UNTHROTTLED, Throttler, Unthrottled, throttler
 from kafkalog.maintenance.txn_tracker import EMPTY_CONTROL, TXN_DATA, TxnEvents, TxnTracker
 
 I64 = npt.NDArray[np.int64]
@@ -193,6 +194,7 @@ class CleanContext:
     aborted: list[AbortedTxn]
     producers: dict[int, tuple[int, int]]  # producer id -> (last data offset, epoch)
     legacy_horizon: int
+    throttle: Throttler | Unthrottled  # log.cleaner.io.max.bytes.per.second, over reads and writes
 
     @property
     def end_offset(self) -> int:
@@ -245,7 +247,8 @@ def open_clean_context(store: LogStore, location: PartitionLocation, first_dirty
     clock = _Clock(now_ms, wall, wall + config.delete_retention_ms)
     aborted = [t for s in log.segments for t in s.txn_index.entries()]
     return CleanContext(store, location, log, clock, first_dirty_offset, first_uncleanable_offset, segments, aborted,
-                        producers, _legacy_delete_horizon(segments, first_dirty_offset, config.delete_retention_ms))
+                        producers, _legacy_delete_horizon(segments, first_dirty_offset, config.delete_retention_ms),
+                        throttler(store.broker.log_cleaner_io_max_bytes_per_second))
 
 
 def resolve_leftovers(location: PartitionLocation, lock_timeout_s: float = 30.0) -> None:
@@ -382,6 +385,11 @@ def txn_events(segment: LogSegment) -> TxnEvents:
     return events
 
 
+def _span(batches: BatchColumns) -> int:
+    """The bytes a window of batches spans in its segment."""
+    return int(batches.position[-1] + batches.size[-1] - batches.position[0]) if len(batches) else 0
+
+
 def dirty_segments(ctx: CleanContext) -> list[LogSegment]:
     """The inactive segments holding offsets of the dirty range."""
     start, end, segments = ctx.first_dirty_offset, ctx.end_offset, ctx.segments
@@ -430,6 +438,7 @@ def build_key_map(ctx: CleanContext, stats: CleanerStats, verified: set[int], *,
             if key_map.full_at is not None:
                 break
             batches = segment_batches.window(lo, hi)
+            ctx.throttle.maybe_throttle(_span(batches))
             where = f"{segment.log_path}: "
             has_txn = bool((batches.attributes & (fmt.TRANSACTIONAL_MASK | fmt.CONTROL_MASK)).any())
             if not has_txn and int(batches.magic.min(initial=2)) >= 2:
@@ -619,7 +628,9 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
                 cover_end = segment is covered
                 for part, part_batches in _clean_segment(
                         segment, key_map, tracker, ctx.producers, ctx.first_uncleanable_offset, ctx.clock,
-                        retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified):
+                        retain_legacy, stats, cover_end, check_crc=segment.base_offset not in verified,
+                        throttle=ctx.throttle):
+                    ctx.throttle.maybe_throttle(len(part))
                     writer.write(part)
                     crc = crc32c(part, crc)
                     _scratch.flip()
@@ -695,8 +706,8 @@ def _fingerprint(directory: Path, base_offset: int) -> tuple[int, int, int]:
 
 def _clean_segment(segment: LogSegment, key_map: Supersession, tracker: TxnTracker,
                    producers: dict[int, tuple[int, int]], upper_bound: int, clock: _Clock, retain_legacy: bool,
-                   stats: CleanerStats, cover_end: bool = False, *,
-                   check_crc: bool = True) -> Iterator[tuple[Buffer, BatchColumns]]:
+                   stats: CleanerStats, cover_end: bool = False, *, check_crc: bool = True,
+                   throttle: Throttler | Unthrottled = UNTHROTTLED) -> Iterator[tuple[Buffer, BatchColumns]]:
     """``cleanInto`` for one source segment, a window of batches at a time: the bytes of each window's
     retained batches, verified, and their batches. The bytes may be a view of scratch memory, valid
     until the next window is cleaned. With ``cover_end``, a segment that would contribute nothing
@@ -706,6 +717,7 @@ def _clean_segment(segment: LogSegment, key_map: Supersession, tracker: TxnTrack
     kept_any = False
     for lo, hi in segment_batches.windows(WINDOW_BYTES):
         batches = segment_batches.window(lo, hi)
+        throttle.maybe_throttle(_span(batches))
         records = scan_records(data, batches, where=f"{segment.log_path}: ", workspace=_scratch.source)
         out, out_batches = _clean_window(
             segment, data, batches, records, key_map, tracker, producers, upper_bound, clock, retain_legacy, stats,

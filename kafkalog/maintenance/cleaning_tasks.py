@@ -114,11 +114,11 @@ def settled(ctx: CleanContext, spec: RoundSpec, end_offset: int) -> RoundSpec:
                                groups=[[s.base_offset for s in g] for g in ctx.groups(end_offset)])
 
 
-def keys_fit(ctx: CleanContext, maps: list[dict[str, Any]]) -> bool:
-    """Whether a round's key map in hashed parts (built without a cap) holds fewer keys than a whole
-    map may (``key_map_capacity``): then the round ends where the dirty range does, as Kafka's would;
-    else it must be mapped again as one capped map, to end where Kafka's fills."""
-    return len(maps) == 1 or sum(int(m["stats"]["map_keys"]) for m in maps) < key_map_capacity(ctx.store.broker)
+def keys_fit(ctx: CleanContext, map_stats: list[dict[str, Any]]) -> bool:
+    """Whether a round's key map in hashed parts (built without a cap; their stats) holds fewer keys
+    than a whole map may (``key_map_capacity``): then the round ends where the dirty range does, as
+    Kafka's would; else it must be mapped again as one capped map, to end where Kafka's fills."""
+    return len(map_stats) == 1 or sum(int(m["map_keys"]) for m in map_stats) < key_map_capacity(ctx.store.broker)
 
 
 def attempt_suffix(tag: str) -> str:

@@ -142,7 +142,7 @@ class ScenarioLog:
                     spec = tasks.RoundSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as a task gets it
                     scratch = self.log_dir.parent / f"{self.log_dir.name}-spark-scratch"
                     maps = [tasks.map_part_task(self.store, spec, p, scratch / f"map-{p}") for p in range(parts)]
-                    if not tasks.keys_fit(ctx, maps):  # more keys than a whole map holds: map it whole
+                    if not tasks.keys_fit(ctx, [m["stats"] for m in maps]):  # more keys than a whole map holds
                         spec = dataclasses.replace(spec, parts=1)
                         maps = [tasks.map_part_task(self.store, spec, 0, scratch / "map-whole")]
                     spec = tasks.settled(ctx, spec, maps[0]["end_offset"])

@@ -40,6 +40,7 @@ from kafkalog.format.compression import CompressionType
 from kafkalog.format.scan import scan_batches, scan_records
 from kafkalog.log import names
 from kafkalog.log.checkpoint import read_offset_checkpoint
+from kafkalog.log.config import BrokerConfig
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaner
@@ -366,6 +367,30 @@ def test_local_job_with_key_maps_in_parts_writes_the_same_bytes(tmp_path: Path, 
     assert _digest(distributed) == _digest(single)
     scratch = Path(run.report["scratch_dir"])
     assert scratch.is_dir() and not any(scratch.iterdir())  # the key-map parts are gone
+
+
+def test_a_split_round_whose_keys_overflow_the_dedupe_buffer_ends_where_the_cli_s_does(
+        tmp_path: Path, spark: Spark) -> None:
+    """With room for 30 keys in the dedupe buffer, each partition's hash-shared key-map parts hold
+    more keys than that: the job maps the round again as one capped map (a stage of one task a round),
+    which ends it where the single-process cleaner's ends (a prefix of the dirty range), byte for byte."""
+    template = tmp_path / "template" / "logs"
+    _build(template, segments=20, seed=5)
+    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
+    broker_file = tmp_path / "server.properties"
+    broker_file.write_text(f"log.cleaner.dedupe.buffer.size={34 * 24}\n")  # 34 slots: 30 keys at 0.9
+    now_ms, wall_ms = _clocks()
+    report = compact_module.compact(LogStore([single], BrokerConfig.load(broker_file)), now_ms=now_ms,
+                                    wall_now_ms=wall_ms)
+    ends = sorted((c.partition, c.end_offset) for c in report.cleaned)
+    run = _submit(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms, master="local[2]",
+                  job_args=["--split-bytes", "1", "--config-file", str(broker_file)])
+    assert run.code == 0, run.explain()
+    assert run.report["spark"]["stages"]["map-whole"]["tasks"] == len(CODECS)
+    assert sorted((p["partition"], p["end_offset"]) for p in run.report["partitions"]) == ends
+    assert all(end < active for (_, end), active in zip(ends, (_bases(single / f"{TOPIC}-{p}")[-1]
+                                                               for p in range(len(CODECS))), strict=True))
+    assert _digest(distributed) == _digest(single)
 
 
 def test_standalone_cluster_writes_the_same_bytes(tmp_path: Path, spark: Spark) -> None:

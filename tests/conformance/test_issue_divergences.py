@@ -9,8 +9,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import layouts
 import pytest
 from kafka_log import DAY, MAX_INT, T0, ScenarioLog
+
+from kafkalog.format.batch import ControlType
 
 SURFACES = ["cli", "spark-tasks"]
 
@@ -19,11 +22,7 @@ SURFACES = ["cli", "spark-tasks"]
 def test_committed_transaction_spanning_segments(tmp_path: Path, surface: str) -> None:
     """LogCleanerTest.testCommittedTransactionSpanningSegments: the COMMIT marker of a transaction
     whose data is in an earlier group stays, and so does the data."""
-    log = ScenarioLog(tmp_path, cleanup_policy="compact", segment_bytes=128)
-    log.txn(1, [("1", "x")])
-    log.roll()
-    log.commit(1)
-    log.roll()
+    log = layouts.transaction_spanning_segments(tmp_path, ControlType.COMMIT)
     log.two_pass_clean(T0, surface=surface)
     assert log.offsets_in_log() == [0, 1]
     assert log.last_offsets_per_batch() == [0, 1]
@@ -40,11 +39,7 @@ def test_aborted_transaction_spanning_segments(tmp_path: Path, surface: str) -> 
     """LogCleanerTest.testAbortedTransactionSpanningSegments: the aborted data goes but its batch stays
     empty (the producer's last), and the ABORT marker stays with its ``.txnindex`` entry because that
     batch of its transaction is still there, round after round."""
-    log = ScenarioLog(tmp_path, cleanup_policy="compact", segment_bytes=128)
-    log.txn(1, [("1", "x")])
-    log.roll()
-    log.abort(1)
-    log.roll()
+    log = layouts.transaction_spanning_segments(tmp_path, ControlType.ABORT)
     assert log.aborted_txns() == [(1, 0, 1, 2)]
     for now in (T0, T0 + DAY - 1):
         log.clean(now, surface=surface)
@@ -77,14 +72,7 @@ def test_segment_grouping_span_is_measured_from_the_group_s_first_segment(tmp_pa
     """LogCleanerTest.testSegmentGroupingWithSparseOffsets, through a cleaning round: segments at 0,
     2^30 and 2^31-10 (holding 2^31+50) are not cleaned into one segment based at 0, whose index could
     not address 2^31+50; 0 and 2^30 may share one (2^31-11 - 0 fits)."""
-    log = ScenarioLog(tmp_path, cleanup_policy="compact")
-    log.append([("a", "1")])
-    log.roll(2**30)
-    log.append([("b", "1")], base_offset=2**30)
-    log.roll(2**31 - 10)
-    log.append([("c", "1")], base_offset=2**31 + 50)
-    log.roll(2**31 + 100)
-    log.append([("d", "1")], base_offset=2**31 + 100)
+    log = layouts.group_span_beyond_max_int(tmp_path)
     log.clean(T0, surface=surface)
     assert log.segment_bases() == [0, 2**31 - 10, 2**31 + 100]
     assert log.offsets_in_log() == [0, 2**30, 2**31 + 50, 2**31 + 100]
@@ -98,15 +86,7 @@ def test_segment_grouping_with_sparse_offsets_and_empty_segments(tmp_path: Path,
     and 2^32, each with "key" at its base and base + 2^31-1, the active one at 3 * 2^31. The first
     round empties the first two (each a group of its own: their spans do not fit one); the next round
     groups the two empty segments and cleans them into one empty segment."""
-    log = ScenarioLog(tmp_path, cleanup_policy="compact")
-    for i in range(3):
-        base = i * 2**31
-        if i:
-            log.roll(base)
-        log.append([("key", "val")], base_offset=base)
-        log.append([("key", "val")], base_offset=base + MAX_INT)
-    log.roll(3 * 2**31)
-    log.append([("key", "val")], base_offset=3 * 2**31)
+    log = layouts.sparse_offsets_and_empty_segments(tmp_path)
     assert log.segment_bases() == [0, 2**31, 2**32, 3 * 2**31]
     log.clean(T0, surface=surface)
     assert log.segment_bases() == [0, 2**31, 2**32, 3 * 2**31]
@@ -130,16 +110,10 @@ def test_recovery_rebuilds_the_txn_index_of_a_transaction_opened_in_an_earlier_s
     an ABORT marker in segment 1 ends a transaction whose data is in segment 0, so the rebuilt
     ``.txnindex`` of segment 1 holds AbortedTxn(pid 1, first 0, last 1, LSO 2); the cleaner then
     removes the aborted record instead of refusing the partition."""
-    log = ScenarioLog(tmp_path, cleanup_policy="compact", segment_bytes=128)
-    log.txn(1, [("1", "x")])
-    log.roll()
-    log.abort(1)
-    log.roll()
-    expected = log.aborted_txns()
-    assert expected == [(1, 0, 1, 2)]
-    _without_txn_indexes(log)
+    log = layouts.abort_of_a_transaction_opened_earlier(tmp_path)
+    assert log.aborted_txns() == []
     log.recover(full=True)
-    assert log.aborted_txns() == expected
+    assert log.aborted_txns() == [(1, 0, 1, 2)]
     log.clean(T0)
     assert log.keys_in_log() == []
     assert log.last_offsets_per_batch() == [0, 1]

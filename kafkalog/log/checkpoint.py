@@ -249,6 +249,26 @@ class LeaderEpochFileCache:
         write_leader_epoch_checkpoint(self.path, kept)
         return True
 
+    def truncate_from_start(self, start_offset: int) -> bool:
+        """The log start offset moved to ``start_offset`` (``truncateFromStart``): the entries starting at
+        or below it go, and the last of them comes back starting at ``start_offset``, since its epoch
+        still holds the records from there."""
+        below = [(e, o) for e, o in self.entries if o <= start_offset]
+        if not below:
+            return False
+        kept = [(below[-1][0], start_offset)] + self.entries[len(below):]
+        if kept == self.entries:
+            return False
+        self.entries = kept
+        write_leader_epoch_checkpoint(self.path, kept)
+        return True
+
+    def clear(self) -> None:
+        """Forget every entry (``clearAndFlush``): the log they described is gone."""
+        if self.entries or self.path.exists():
+            self.entries = []
+            write_leader_epoch_checkpoint(self.path, [])
+
 
 # ---------------------------------------------------------------------------------------------------
 # partition.metadata and topic ids

@@ -91,6 +91,7 @@ class LocalLog:
         self._checkpointed_log_start_offset = log_start_offset
         self._producer_state: ProducerState | None = None
         self._snapshot_notes: list[str] = []  # corrupt snapshots a writable log deleted
+        self._closed = False
         self.producer_id_expiration_ms = producer_id_expiration_ms  # the broker's
 
     # --- opening -------------------------------------------------------------------------------
@@ -173,6 +174,7 @@ class LocalLog:
                 continue
             suffix = view[name].name[len(name):]  # ".swap" when seen through a pending promotion
             segment = LogSegment(directory, parsed.base_offset, settings, suffix=suffix)
+            segment.roll_jitter_ms = _random_segment_jitter(config)  # as LogSegment.open draws it
             if not _indexes_sane(segment):
                 notes.append(f"segment {parsed.base_offset}: index missing or corrupt, rebuilt"
                              + (" in memory" if read_only else ""))
@@ -323,8 +325,7 @@ class LocalLog:
             stale.unlink(missing_ok=True)
         for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
             path.touch()
-        jitter_bound = min(self.config.segment_jitter_ms, self.config.segment_ms)
-        segment.roll_jitter_ms = random.randrange(jitter_bound) if jitter_bound > 0 else 0
+        segment.roll_jitter_ms = _random_segment_jitter(self.config)
         return segment
 
     def producer_state(self) -> ProducerState:
@@ -332,6 +333,13 @@ class LocalLog:
         if self._producer_state is None:
             self._producer_state = self._load_producer_state()
         return self._producer_state
+
+    def first_unstable_offset(self) -> int | None:
+        """``UnifiedLog.firstUnstableOffset``: where the oldest open transaction begins, None when none is
+        open. Never below the log start offset: a transaction begun in deleted records holds back only
+        what is still in the log (``updateFirstUnstableOffset``)."""
+        first = self.producer_state().first_unstable_offset()
+        return None if first is None else max(first, self.log_start_offset)
 
     def _load_producer_state(self) -> ProducerState:
         return self.producer_state_at(self.log_end_offset)
@@ -356,8 +364,10 @@ class LocalLog:
                 break
             if segment.read_next_offset() <= start:
                 continue
+            # From the batch holding ``start`` (Kafka reads a segment from the batch holding an offset):
+            # a batch straddling the log start offset still counts for its producer.
             for data, batches, _ in segment.scan_chunks():  # the active segment can be large: in chunks
-                for i in np.flatnonzero((batches.producer_id >= 0) & (batches.base_offset >= start)
+                for i in np.flatnonzero((batches.producer_id >= 0) & (batches.last_offset >= start)
                                         & (batches.base_offset < offset)):
                     state.update(summarize_batch(data, batches, int(i)))
         return state
@@ -499,6 +509,9 @@ class LocalLog:
             segment.time_index.close()
             files = [*segment.files(), names.snapshot_file(self.directory, segment.base_offset)]
             renamed += mark_deleted(files, mark_time_ms=mark_time_ms)
+        # ``maybeIncrementLogStartOffset``: epochs start no lower than the log. After the renames, so a
+        # crash before them leaves no entry starting above records still in the log.
+        _leader_epoch_cache(self.directory).truncate_from_start(self.log_start_offset)
         return renamed
 
     def truncate_to(self, offset: int) -> int:
@@ -542,12 +555,20 @@ class LocalLog:
         self.recovery_point = self.log_end_offset
 
     def close(self) -> None:
+        """Trim and close the segments; closing again does nothing. A closed log takes no more writes
+        (Kafka's closed file channels refuse them): the partition lock a writer holds goes with the
+        close, so a later write could race another process's."""
+        if self._closed:
+            return
+        self._closed = True
         if self.read_only:
             return
         for segment in self._segments:
             segment.close()
 
     def _check_writable(self) -> None:
+        if self._closed:
+            raise KafkaLogError(f"{self.topic_partition}: log is closed; open the partition again to write to it")
         if self.read_only:
             raise KafkaLogError(f"{self.topic_partition}: log was opened read-only")
 
@@ -621,6 +642,12 @@ class LocalLog:
 
 def _leader_epoch_cache(directory: Path) -> checkpoint.LeaderEpochFileCache:
     return checkpoint.LeaderEpochFileCache(directory / names.LEADER_EPOCH_CHECKPOINT)
+
+
+def _random_segment_jitter(config: LogConfig) -> int:
+    """``LogConfig.randomSegmentJitter``: drawn for every segment Kafka opens, new or loaded."""
+    bound = min(config.segment_jitter_ms, config.segment_ms)
+    return random.randrange(bound) if bound > 0 else 0
 
 
 def _indexes_sane(segment: LogSegment) -> bool:

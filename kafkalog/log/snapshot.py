@@ -70,8 +70,8 @@ class LogSnapshot:
     log_end_offset: int
     high_watermark: int
     pending_delete_bytes: int
-    # Compaction snapshots only: min(first offset of an open transaction, high watermark), and the
-    # partition's cleaner-offset-checkpoint entry (None when it has none).
+    # Compaction snapshots only: min(first offset of an open transaction but at least the log start
+    # offset, high watermark), and the partition's cleaner-offset-checkpoint entry (None when it has none).
     last_stable_offset: int = -2
     cleaner_checkpoint: int | None = None
 
@@ -492,7 +492,7 @@ def snapshot_for_compaction(log_dir: Path, topic: str, partition: int, config: L
             first_batch_timestamp_ms=segment.first_batch_timestamp(),
             offset_index_bytes=len(segment.offset_index) * 8, time_index_bytes=len(segment.time_index) * 12))
     log = LocalLog.open(directory, config, log_start_offset=base.log_start_offset, read_only=True)
-    first_unstable = log.producer_state().first_unstable_offset()
+    first_unstable = log.first_unstable_offset()  # at or above the log start offset, as the high watermark is
     lso = base.high_watermark if first_unstable is None else min(first_unstable, base.high_watermark)
     cleaner = checkpoints.cleaner_offsets if checkpoints is not None else \
         checkpoint.read_offset_checkpoint(Path(log_dir) / names.CLEANER_OFFSET_CHECKPOINT)

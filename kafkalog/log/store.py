@@ -41,7 +41,8 @@ METADATA_TOPICS = frozenset({"__cluster_metadata"})
 TOPICS_FILE_VERSION = 1
 MAX_PARTITIONS = 100_000  # per topic: far above any real topic, and a typo cannot fill a disk with dirs
 DELETE_DIR_SUFFIX = "-delete"
-_DELETE_DIR = re.compile(r"^(?P<topic>.*)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-delete$")
+# Kafka's DeleteDirPattern needs a topic before "-<partition>": "-1999.<uuid>-delete" names no partition.
+_DELETE_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<uid>[0-9a-f]{32})-delete$")
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,8 @@ def cleanable_range(log: LogSnapshot, now_ms: int) -> CleanableRange:
     first_dirty = start if reset_reason is not None else checkpoint
 
     active_base = segments[-1].base_offset
-    lso = log.last_stable_offset
+    # Kafka's last stable offset never lies below the log start offset (nor, then, does the range end).
+    lso = max(log.last_stable_offset, start)
     if lso < log.high_watermark:
         lso_limit: Limit = "open-transaction"
         lso_detail = f"a transaction open since offset {lso} holds the last stable offset there"

@@ -71,8 +71,6 @@ def test_log_flush(tmp_path: Path) -> None:
     assert recovery_point(log) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a closed LocalLog (its partition lock released) still takes "
-                                       "appends instead of failing")
 def test_log_close_success(tmp_path: Path) -> None:
     """LocalLogTest.testLogCloseSuccess: once the log is closed, an append fails (ClosedChannelException)
     and the log keeps its 2 records."""
@@ -268,8 +266,6 @@ def test_parse_topic_partition_name_for_missing_separator() -> None:
     assert parse_delete_dir_name("test_topic1999.-delete") is None
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a delete dir name with an empty topic (-1999.<uuid>-delete) "
-                                       "parses as topic ''; Kafka refuses it")
 def test_parse_topic_partition_name_for_missing_topic() -> None:
     """LocalLogTest.testParseTopicPartitionNameForMissingTopic: ``-1999`` and the delete dir name of an
     empty topic, partition 1999, are refused."""

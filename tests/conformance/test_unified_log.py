@@ -399,8 +399,6 @@ def test_compaction_deletes_producer_state_snapshots(tmp_path: Path) -> None:
 
 
 # --- the leader-epoch checkpoint follows the log start offset (spec §12.2) ----------------------------------
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: retention does not truncate leader-epoch-checkpoint from the "
-                                       "new log start offset")
 def test_should_truncate_leader_epochs_when_deleting_segments(tmp_path: Path) -> None:
     """UnifiedLogTest.shouldTruncateLeaderEpochsWhenDeletingSegments: epochs (0,0) (1,5) (2,10); when
     retention.bytes deletes the first segment the oldest entry goes: (1,5) (2,10)."""
@@ -412,8 +410,6 @@ def test_should_truncate_leader_epochs_when_deleting_segments(tmp_path: Path) ->
     assert leader_epochs(log) == [(1, 5), (2, 10)]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: retention does not move the first leader-epoch entry to the "
-                                       "new log start offset")
 def test_should_update_offset_for_leader_epochs_when_deleting_segments(tmp_path: Path) -> None:
     """UnifiedLogTest.shouldUpdateOffsetForLeaderEpochsWhenDeletingSegments: epochs (0,0) (1,7) (2,10);
     deleting the first segment (up to offset 5) moves the first entry to (0,5)."""
@@ -482,8 +478,6 @@ def test_time_based_log_roll_jitter(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert len(local.segments) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a segment loaded from disk gets roll jitter 0, Kafka's "
-                                       "LogSegment.open draws config.randomSegmentJitter() for it")
 def test_time_based_log_roll_jitter_on_a_loaded_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """UnifiedLogTest.testTimeBasedLogRollJitter, with the segment loaded again before the appends (every
     ``kafkalog produce`` loads the partition): Kafka's loader opens each segment with a fresh random

@@ -351,8 +351,6 @@ def test_rebuild_transactional_state(tmp_path: Path) -> None:
     assert log.aborted_txns() == [(137, 0, 3, 4)]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: the last stable offset is not bounded below by the log start "
-                                       "offset (an open transaction below it pins the LSO under the log start)")
 def test_last_stable_offset_does_not_exceed_log_start_offset_mid_segment(tmp_path: Path) -> None:
     """UnifiedLogTest.testLastStableOffsetDoesNotExceedLogStartOffsetMidSegment: an open transaction
     from 0 and the log start offset moved to 5: the first unstable offset is 5."""
@@ -366,8 +364,6 @@ def test_last_stable_offset_does_not_exceed_log_start_offset_mid_segment(tmp_pat
     assert first_unstable_offset(log) == 5
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: the last stable offset is not bounded below by the log start "
-                                       "offset after the segment holding the open transaction's start is deleted")
 def test_last_stable_offset_does_not_exceed_log_start_offset_after_segment_deletion(tmp_path: Path) -> None:
     """UnifiedLogTest.testLastStableOffsetDoesNotExceedLogStartOffsetAfterSegmentDeletion: the same open
     transaction, the log start offset moved to 8 and the first segment deleted: 1 segment remains and

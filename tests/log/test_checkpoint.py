@@ -253,6 +253,23 @@ def test_leader_epoch_cache_truncate_from_end(tmp_path: Path) -> None:
     assert not cache.truncate_from_end(11) and path.stat().st_mtime_ns == 0
 
 
+def test_leader_epoch_cache_truncate_from_start(tmp_path: Path) -> None:
+    """``truncateFromStart``: entries starting at or below the new log start offset go, and the last of
+    them comes back starting there; an entry already starting there, or none below it, writes nothing."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    assert not LeaderEpochFileCache(path).truncate_from_start(5) and not path.exists()
+    path.write_bytes(b"0\n3\n0 0\n1 7\n2 10\n")
+    cache = LeaderEpochFileCache(path)
+    assert cache.truncate_from_start(5) and cache.entries == [(0, 5), (1, 7), (2, 10)]
+    assert path.read_bytes() == b"0\n3\n0 5\n1 7\n2 10\n"
+    assert cache.truncate_from_start(7) and cache.entries == [(1, 7), (2, 10)]
+    os.utime(path, ns=(0, 0))
+    assert not cache.truncate_from_start(7) and not cache.truncate_from_start(6) and path.stat().st_mtime_ns == 0
+    assert cache.truncate_from_start(12) and read_leader_epoch_checkpoint(path) == [(2, 12)]
+    cache.clear()
+    assert cache.entries == [] and read_leader_epoch_checkpoint(path) == [] and path.read_bytes() == b"0\n0\n"
+
+
 @given(st.lists(st.tuples(int32s, int64s), max_size=30))
 def test_leader_epoch_round_trip(entries: list[tuple[int, int]]) -> None:
     with tempfile.TemporaryDirectory() as d:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from kafkalog.errors import InvalidOffsetError, RecordBatchTooLargeError
+from kafkalog.errors import InvalidOffsetError, KafkaLogError, RecordBatchTooLargeError
 from kafkalog.format import batch as fmt
 from kafkalog.log import names
 from kafkalog.log.checkpoint import read_leader_epoch_checkpoint
@@ -232,6 +232,24 @@ def test_roll_jitter_bound(tmp_path: Path, segment_ms: int, jitter_ms: int, boun
         assert set(seen) == {0}
 
 
+def test_a_loaded_active_segment_draws_its_own_jitter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's ``LogSegment.open`` draws ``randomSegmentJitter()`` for every segment it loads, so a log
+    opened again rolls at segment.ms minus a jitter too, not at segment.ms."""
+    import random
+
+    d = partition_dir(tmp_path)
+    cfg = config(segment_ms=3600, segment_jitter_ms=1200)
+    log = LocalLog.open(d, cfg)
+    log.append_records(one(ts=1_000_000), now_ms=NOW)
+    log.close()
+    monkeypatch.setattr(random, "randrange", lambda bound, *a: bound - 1)
+    log = LocalLog.open(d, cfg)
+    assert log.active_segment.roll_jitter_ms == 1199
+    log.append_records(one(ts=1_000_000 + 3600 - 1199 + 1), now_ms=NOW)
+    assert len(log.segments) == 2
+    assert LocalLog.open(d, config(segment_ms=3600)).active_segment.roll_jitter_ms == 0  # no jitter configured
+
+
 # ---------------------------------------------------------------------------------------------------
 # Explicit roll
 
@@ -373,6 +391,52 @@ def test_recovery_that_cuts_the_log_drops_the_epochs_past_its_new_end(tmp_path: 
     assert read_leader_epoch_checkpoint(path) == [(0, 0)]
     log.append_batch(batch(1, b"c", partition_leader_epoch=2), now_ms=NOW)
     assert read_leader_epoch_checkpoint(path) == [(0, 0), (2, 1)]
+
+
+def test_deleting_segments_moves_the_first_leader_epoch_to_the_new_log_start(tmp_path: Path) -> None:
+    """``maybeIncrementLogStartOffset`` truncates the epoch cache from the start: entries at or below the
+    new log start offset go, the last of them moved up to it."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    for offset, epoch in ((0, 0), (1, 0), (2, 1), (3, 2)):
+        log.append_batch(batch(offset, b"v", partition_leader_epoch=epoch), now_ms=NOW)
+        log.roll(now_ms=NOW)
+    path = d / "leader-epoch-checkpoint"
+    assert read_leader_epoch_checkpoint(path) == [(0, 0), (1, 2), (2, 3)]
+    log.mark_segments_deleted(1, mark_time_ms=NOW)
+    assert log.log_start_offset == 1 and read_leader_epoch_checkpoint(path) == [(0, 1), (1, 2), (2, 3)]
+    log.mark_segments_deleted(2, mark_time_ms=NOW)
+    assert log.log_start_offset == 3 and read_leader_epoch_checkpoint(path) == [(2, 3)]
+
+
+def test_a_closed_log_takes_no_writes(tmp_path: Path) -> None:
+    """Kafka's closed log refuses appends (its file channels are closed): here the partition lock is
+    released with the close, so a write could race another writer's. Closing again is fine."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    log.append_records(one(), now_ms=NOW)
+    log.close()
+    log.close()
+    for write in (lambda: log.append_records(one(), now_ms=NOW), lambda: log.append_batch(batch(1, b"x")),
+                  lambda: log.roll(), lambda: log.truncate_to(0),
+                  lambda: log.mark_segments_deleted(0, mark_time_ms=NOW)):
+        with pytest.raises(KafkaLogError, match="log is closed"):
+            write()
+    assert all_records(LocalLog.open(d, config(), read_only=True)) == [(0, None, b"test")]
+
+
+def test_the_first_unstable_offset_is_never_below_the_log_start_offset(tmp_path: Path) -> None:
+    """``updateFirstUnstableOffset``: a transaction open since offset 0 with the log start offset at 2
+    holds back only what is left of the log, from 2."""
+    d = partition_dir(tmp_path)
+    log = LocalLog.open(d, config())
+    log.append_batch(batch(0, b"a", b"b", b"c", producer_id=7, producer_epoch=0, base_sequence=0,
+                           is_transactional=True, partition_leader_epoch=0), now_ms=NOW)
+    log.append_batch(batch(3, b"plain", partition_leader_epoch=0), now_ms=NOW)
+    assert log.first_unstable_offset() == 0
+    log.close()
+    assert LocalLog.open(d, config(), log_start_offset=2, read_only=True).first_unstable_offset() == 2
+    assert LocalLog.open(d, config(), log_start_offset=0, read_only=True).first_unstable_offset() == 0
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -211,6 +211,19 @@ def test_reset_reasons_name_the_checkpoint_and_the_bound() -> None:
     assert both.reset_reason == "cleaner checkpoint 15 is below the log start offset 20 (expected with compact,delete)"
 
 
+def test_last_stable_offset_below_the_log_start_offset_counts_from_the_log_start() -> None:
+    """Kafka's first unstable offset never lies below the log start offset: a transaction opened in
+    records since deleted holds the range at the log start, and the reason says so (whether or not
+    the snapshot was bounded already; ``snapshot_for_compaction`` bounds it)."""
+    for lso in (5, 14):
+        span = cleanable_range(make_log(twelve(4), checkpoint=0, log_start=14, lso=lso), NOW)
+        assert (span.first_dirty_offset, span.first_uncleanable_offset, span.limited_by) == (14, 14, "open-transaction")
+        assert span.limit_detail == "a transaction open since offset 14 holds the last stable offset there"
+    # the log start at a segment base: the range is empty there
+    span = cleanable_range(make_log(twelve(4), log_start=24, lso=5), NOW)
+    assert (span.first_dirty_offset, span.first_uncleanable_offset) == (24, 24)
+
+
 def test_limit_details_say_what_holds_the_range_back() -> None:
     lag = cleanable_range(make_log([Seg(12, 100, T0), Seg(12, 100, NOW - 5), Seg(1, 10)], LAGGED), NOW)
     assert lag.limit_detail == (f"segment 12 has newest timestamp {NOW - 5} (time-index), within "

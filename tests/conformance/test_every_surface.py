@@ -134,12 +134,12 @@ def _spark_env(root: Path) -> dict[str, str]:
                 SPARK_LOCAL_DIRS=str(root / "spark-local"))
 
 
-def _spark_job(store: Store, log_dir: Path, master: str, env: dict[str, str]) -> dict[str, object]:
+def _spark_job(store: Store, log_dir: Path, master: str, env: dict[str, str], *args: str) -> dict[str, object]:
     report = log_dir.parent / f"{log_dir.name}-report.json"
     done = subprocess.run([str(BIN / "spark-submit"), "--master", master, str(JOB), "--log-dir", str(log_dir),
                            "--config-file", str(store.broker), "--now-ms", str(store.now_ms), "--wall-now-ms",
                            str(store.wall_ms), "--report", str(report), "--partition-failures-ok",
-                           "--numba-cache-dir", str(store.root / "numba")],
+                           "--numba-cache-dir", str(store.root / "numba"), *args],
                           env=env, capture_output=True, text=True, timeout=600, cwd=store.root)
     assert done.returncode == 0, done.stderr[-4000:]
     doc: dict[str, object] = json.loads(report.read_text())
@@ -158,16 +158,22 @@ def _same_as_cli(store: Store, log_dir: Path) -> None:
     assert live_files(log_dir) == live_files(store.root / "cli")
 
 
-@pytest.mark.parametrize("cluster", ["local[2]", "standalone"])
+@pytest.mark.parametrize("cluster", ["local[2]", "local[2], every round split", "standalone"])
 def test_the_spark_job_writes_what_the_cli_writes_and_fails_what_it_refuses(store: Store, cluster: str) -> None:
-    log_dir = store.copy(f"spark-{cluster.replace('[', '').replace(']', '')}", store.root / "retained")
+    """On a split round each damaged segment's CRCs are checked by the map part whose slice it is in,
+    and the group tasks rely on that: the damage is still caught."""
+    log_dir = store.copy(f"spark-{cluster.split(',')[0].replace('[', '').replace(']', '')}-{len(cluster)}",
+                         store.root / "retained")
     env = _spark_env(store.root)
     if cluster == "standalone":
         with standalone_cluster(env, store.root / "cluster") as (url, _pids):
             doc = _spark_job(store, log_dir, url, env)
         assert len(doc["spark"]["executors_seen"]) == 2  # type: ignore[index]
     else:
-        doc = _spark_job(store, log_dir, cluster, env)
+        split = ("--split-bytes", "1") if "split" in cluster else ()
+        doc = _spark_job(store, log_dir, "local[2]", env, *split)
+        if split:
+            assert doc["spark"]["stages"]["rewrite"]["tasks"] > 0  # type: ignore[index]
     _check_failures(store, doc["partitions"])  # type: ignore[arg-type]
     _same_as_cli(store, log_dir)
 

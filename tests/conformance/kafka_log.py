@@ -11,6 +11,7 @@ its upper bound the cleanable range's (active segment base, last stable offset, 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import struct
@@ -63,13 +64,15 @@ class PeerRecord:
 
 
 class ScenarioLog:
-    """One partition ``topic-0`` in its own log dir, created through ``kafkalog topics create``."""
+    """One partition (``topic-0`` unless ``other_partition`` says) of a topic in its own log dir, created
+    through ``kafkalog topics create``."""
 
     def __init__(self, log_dir: Path, topic: str = "t", *, partitions: int = 1,
                  broker: dict[str, str | int] | None = None, **configs: str | int) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.topic = topic
+        self.partition = 0  # the one this object reads and writes (``other_partition``)
         self.clock_ms = T0  # the timestamp of the next appended record unless one is given
         self.broker_file: Path | None = None
         self.store = LogStore([self.log_dir])
@@ -80,6 +83,12 @@ class ScenarioLog:
         for key, value in configs.items():
             args += ["--config", f"{key.replace('_', '.')}={value}"]
         self.cli(*args)
+
+    def other_partition(self, partition: int) -> ScenarioLog:
+        """The same topic's partition ``partition`` (created with ``partitions=``), on the same store."""
+        other = copy.copy(self)
+        other.partition = partition
+        return other
 
     def set_broker(self, **props: str | int) -> None:
         """Broker settings (``server.properties`` beside the log dir, ``producer_id_expiration_ms`` for
@@ -160,7 +169,7 @@ class ScenarioLog:
         """Write ``offset`` as this partition's cleaner checkpoint (where the next round starts)."""
         path = self.log_dir / names.CLEANER_OFFSET_CHECKPOINT
         entries = checkpoint.read_offset_checkpoint(path)
-        entries[(self.topic, 0)] = offset
+        entries[(self.topic, self.partition)] = offset
         checkpoint.write_offset_checkpoint(path, entries)
 
     def recover(self, *, full: bool = False) -> dict[str, object]:
@@ -174,7 +183,7 @@ class ScenarioLog:
     # --- writing, as Kafka's tests do ----------------------------------------------------------------
     @property
     def location(self) -> PartitionLocation:
-        return self.store.locate(self.topic, 0)
+        return self.store.locate(self.topic, self.partition)
 
     @property
     def directory(self) -> Path:
@@ -313,7 +322,8 @@ class ScenarioLog:
         return out
 
     def cleaner_checkpoint(self) -> int | None:
-        return checkpoint.read_offset_checkpoint(self.log_dir / names.CLEANER_OFFSET_CHECKPOINT).get((self.topic, 0))
+        return checkpoint.read_offset_checkpoint(self.log_dir / names.CLEANER_OFFSET_CHECKPOINT).get(
+            (self.topic, self.partition))
 
 
 def _bytes(text: str | bytes | None) -> bytes | None:

@@ -28,7 +28,6 @@ from kafka_log import HOUR, T0, ScenarioLog
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.format.compression import CompressionType
 from kafkalog.log import checkpoint, names
-from kafkalog.log.store import PartitionLocation
 
 SURFACES = ["cli", "spark-tasks"]
 ALL_CODECS = list(CompressionType)
@@ -58,26 +57,10 @@ def topic_configs(*, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, min_clean
             **overrides}
 
 
-class Partition(ScenarioLog):
-    """Partition ``partition`` of the topic a :class:`ScenarioLog` created (that one is partition 0)."""
-
-    def __init__(self, log: ScenarioLog, partition: int) -> None:
-        self.__dict__.update(log.__dict__)
-        self.partition = partition
-
-    @property
-    def location(self) -> PartitionLocation:
-        return self.store.locate(self.topic, self.partition)
-
-    def cleaner_checkpoint(self) -> int | None:
-        return checkpoint.read_offset_checkpoint(self.log_dir / names.CLEANER_OFFSET_CHECKPOINT).get(
-            (self.topic, self.partition))
-
-
 def make_logs(log_dir: Path, count: int = 3, **configs: Any) -> list[ScenarioLog]:
     """``makeCleaner(partitions = log-0 .. log-{count-1})``: the logs the cleaner is given."""
     first = ScenarioLog(log_dir, "log", partitions=count, **topic_configs(**configs))
-    return [first] + [Partition(first, p) for p in range(1, count)]
+    return [first] + [first.other_partition(p) for p in range(1, count)]
 
 
 @dataclass
@@ -362,7 +345,7 @@ def test_marks_partitions_as_offline_and_populates_uncleanable_metrics(tmp_path:
                for e in doc["errors"]), doc["errors"]
     assert doc["cleaned"] == []
     assert [{p.name: p.read_bytes() for p in log.directory.glob("*.log")} for log in logs] == before
-    assert [logs[0].cleaner_checkpoint(), Partition(logs[0], 1).cleaner_checkpoint()] == [None, None]
+    assert [logs[0].cleaner_checkpoint(), logs[0].other_partition(1).cleaner_checkpoint()] == [None, None]
 
 
 # --- legacy message formats (v0, v1) ----------------------------------------------------------------------

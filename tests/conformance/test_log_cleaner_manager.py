@@ -32,7 +32,6 @@ from kafkalog.log import checkpoint, names
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.snapshot import LogSnapshot, snapshot_for_compaction
-from kafkalog.log.store import PartitionLocation
 from kafkalog.policy.compaction import CleanableRange, cleanable_range
 
 NOW = T0 + HOUR  # the clock of the manager's rounds: any time after the appends
@@ -51,28 +50,9 @@ def _no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- the partitions, as Kafka's test builds them ----------------------------------------------------------
 
 
-class Partition(ScenarioLog):
-    """Partition ``partition`` of a topic a :class:`ScenarioLog` created (that one is partition 0)."""
-
-    def __init__(self, log: ScenarioLog, partition: int) -> None:
-        self.__dict__.update(log.__dict__)
-        self.partition = partition
-
-    @property
-    def location(self) -> PartitionLocation:
-        return self.store.locate(self.topic, self.partition)
-
-    def set_first_dirty(self, offset: int) -> None:
-        _put_checkpoint(self.log_dir / names.CLEANER_OFFSET_CHECKPOINT, (self.topic, self.partition), offset)
-
-    def cleaner_checkpoint(self) -> int | None:
-        return checkpoint.read_offset_checkpoint(self.log_dir / names.CLEANER_OFFSET_CHECKPOINT).get(
-            (self.topic, self.partition))
-
-
-def partitions(log_dir: Path, topic: str, count: int, **configs: str | int | float) -> list[Partition]:
+def partitions(log_dir: Path, topic: str, count: int, **configs: str | int | float) -> list[ScenarioLog]:
     base = ScenarioLog(log_dir, topic, partitions=count, **configs)  # type: ignore[arg-type]
-    return [Partition(base, p) for p in range(count)]
+    return [base.other_partition(p) for p in range(count)]
 
 
 def _put_checkpoint(path: Path, key: tuple[str, int], offset: int) -> None:
@@ -81,19 +61,19 @@ def _put_checkpoint(path: Path, key: tuple[str, int], offset: int) -> None:
     checkpoint.write_offset_checkpoint(path, entries)
 
 
-def set_log_start_offset(log: Partition, offset: int) -> None:
+def set_log_start_offset(log: ScenarioLog, offset: int) -> None:
     """Kafka's ``maybeIncrementLogStartOffset(offset, ClientRecordDeletion)``: the checkpointed log start
     offset (segments stay until retention removes those wholly below it)."""
     _put_checkpoint(log.log_dir / names.LOG_START_OFFSET_CHECKPOINT, (log.topic, log.partition), offset)
 
 
-def set_high_watermark(log: Partition, offset: int) -> None:
+def set_high_watermark(log: ScenarioLog, offset: int) -> None:
     """Kafka's ``updateHighWatermark(offset)``: kafkalog's high watermark is the log end, capped by a
     broker's ``replication-offset-checkpoint``."""
     _put_checkpoint(log.log_dir / names.REPLICATION_OFFSET_CHECKPOINT, (log.topic, log.partition), offset)
 
 
-def _append(log: Partition, local: LocalLog, rows: Sequence[tuple[str, str]], timestamp: int | None,
+def _append(log: ScenarioLog, local: LocalLog, rows: Sequence[tuple[str, str]], timestamp: int | None,
             leader_epoch: int = 0) -> None:
     ts = log.clock_ms if timestamp is None else timestamp
     if timestamp is None:
@@ -103,7 +83,7 @@ def _append(log: Partition, local: LocalLog, rows: Sequence[tuple[str, str]], ti
     local.append_batch(build_batch(records, partition_leader_epoch=leader_epoch), now_ms=ts)
 
 
-def append_batches(log: Partition, batches: Sequence[Sequence[tuple[str, str]]], *,
+def append_batches(log: ScenarioLog, batches: Sequence[Sequence[tuple[str, str]]], *,
                    timestamp: int | None = None) -> None:
     """Each element a batch of ``(key, value)`` rows at the log end (``appendAsLeader``), in one open."""
     with log.writable() as local:
@@ -116,13 +96,13 @@ def _kafka_records(local: LocalLog, num_records: int) -> list[tuple[str, str]]:
     return [(f"key-{o}", f"value-{o}") for o in range(start, start + num_records)]
 
 
-def append_records(log: Partition, num_records: int) -> None:
+def append_records(log: ScenarioLog, num_records: int) -> None:
     """Kafka's ``appendRecords``: one batch of ``key-N``/``value-N`` records, N their offsets."""
     with log.writable() as local:
         _append(log, local, _kafka_records(local, num_records), None, leader_epoch=1)
 
 
-def write_records(log: Partition, num_batches: int, records_per_batch: int, batches_per_segment: int) -> None:
+def write_records(log: ScenarioLog, num_batches: int, records_per_batch: int, batches_per_segment: int) -> None:
     """Kafka's ``writeRecords``: ``appendRecords`` batches, a roll after batches 0, n, 2n, … and one at
     the end."""
     with log.writable() as local:
@@ -134,7 +114,7 @@ def write_records(log: Partition, num_batches: int, records_per_batch: int, batc
 
 
 def increasingly_filthy(log_dir: Path, topic: str, count: int, start_batches: int = 20,
-                        increment: int = 5) -> list[Partition]:
+                        increment: int = 5) -> list[ScenarioLog]:
     """Kafka's ``setupIncreasinglyFilthyLogs``: partition i gets ``start + i * increment`` one-record
     batches, five to a segment, in 2048-byte segments of a low-retention compacted topic."""
     logs = partitions(log_dir, topic, count, segment_bytes=2048, **LOW_RETENTION)
@@ -143,7 +123,7 @@ def increasingly_filthy(log_dir: Path, topic: str, count: int, start_batches: in
     return logs
 
 
-def fill_segments(log: Partition, segments: int, *, timestamp: int | None = None) -> None:
+def fill_segments(log: ScenarioLog, segments: int, *, timestamp: int | None = None) -> None:
     """``while (numberOfSegments < n) appendAsLeader(records(LEO, LEO, ts))``: one-record batches whose
     key and value are their offset."""
     with log.writable() as local:
@@ -203,22 +183,22 @@ def failed(doc: dict[str, Any]) -> list[tuple[str, int]]:
     return [(e["topic"], e["partition"]) for e in doc["errors"]]
 
 
-def snapshot(log: Partition) -> LogSnapshot:
+def snapshot(log: ScenarioLog) -> LogSnapshot:
     """What the manager reads of the partition's files (log start offset, high watermark, last stable
     offset, cleaner checkpoint, each segment's timestamps and size)."""
     return snapshot_for_compaction(log.log_dir, log.topic, log.partition, log.store.log_config(log.topic))
 
 
-def cleanable_offsets(log: Partition, now_ms: int) -> CleanableRange:
+def cleanable_offsets(log: ScenarioLog, now_ms: int) -> CleanableRange:
     """Kafka's ``LogCleanerManager.cleanableOffsets(log, checkpoint, now)`` over the files."""
     return cleanable_range(snapshot(log), now_ms)
 
 
-def segment_files(log: Partition) -> dict[str, bytes]:
+def segment_files(log: ScenarioLog) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(log.directory.glob("*.log"))}
 
 
-def corrupt_record(log: Partition, segment: int) -> None:
+def corrupt_record(log: ScenarioLog, segment: int) -> None:
     """Flip a byte inside the last record of a segment: its batch no longer matches its CRC, which the
     cleaner checks, so cleaning this partition fails (Kafka marks such a partition uncleanable)."""
     path = names.log_file(log.directory, segment)
@@ -228,7 +208,7 @@ def corrupt_record(log: Partition, segment: int) -> None:
 
 
 @contextmanager
-def cleaning_elsewhere(log: Partition) -> Iterator[None]:
+def cleaning_elsewhere(log: ScenarioLog) -> Iterator[None]:
     """Another cleaner (a process, where Kafka has a thread) is cleaning the partition: it holds the
     partition's cleaner lock (Kafka's ``LogCleaningInProgress``)."""
     with cleaner_lock(log.directory, timeout_s=0):
@@ -241,7 +221,7 @@ WELL = "wishing-well"
 # --- grabFilthiestCompactedLog --------------------------------------------------------------------------
 
 
-def _broken_first_batch_log(tmp_path: Path, size: int) -> Partition:
+def _broken_first_batch_log(tmp_path: Path, size: int) -> ScenarioLog:
     """Kafka's scenario: partition A-1, 4 batches of 10 records, 2 batches a segment, cleaner
     checkpoint 1; the first batch of the dirty segment 10 then declares ``size`` bytes, below the 14 of
     the smallest record, so reading the segment's first batch timestamp fails (where Kafka's test has
@@ -406,7 +386,7 @@ def retention_plan(log: ScenarioLog, now_ms: int = NOW) -> dict[str, Any]:
     return json.loads(result.out)
 
 
-def single_record_segments(log_dir: Path, policy: str, records: int) -> Partition:
+def single_record_segments(log_dir: Path, policy: str, records: int) -> ScenarioLog:
     """Kafka's ``createLog(singletonRecords("test", key = "test").sizeInBytes * 5, policy)`` with
     ``records`` such records appended: five to a segment."""
     size = len(build_batch([Record(0, T0, b"test", b"test")]))
@@ -524,14 +504,14 @@ def test_logs_with_segments_to_delete_should_not_consider_uncleanable_partitions
 
 # --- cleanableOffsets ---------------------------------------------------------------------------------------
 
-def kafka_log(log_dir: Path, **overrides: str | int | float) -> Partition:
+def kafka_log(log_dir: Path, **overrides: str | int | float) -> ScenarioLog:
     """Kafka's ``makeLog`` with this test's ``logConfig`` (1024-byte segments and index, compact)."""
     configs: dict[str, str | int | float] = {"segment_bytes": 1024, "segment_index_bytes": 1024,
                                              "cleanup_policy": "compact", **overrides}
     return partitions(log_dir, "log", 1, **configs)[0]
 
 
-def segment_holding(log: Partition, offset: int) -> int:
+def segment_holding(log: ScenarioLog, offset: int) -> int:
     return max(b for b in log.segment_bases() if b <= offset)
 
 

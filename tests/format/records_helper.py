@@ -1,8 +1,11 @@
-"""Shared by the format tests: the bulk path's columns turned back into Records."""
+"""Shared by the format tests (and the cleaner's legacy tests): the bulk path's columns turned back
+into Records, and legacy message sets as kafka-python writes them."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from kafkalog.format.batch import Record, increment_sequence
 from kafkalog.format.scan import scan_batches, scan_records
@@ -32,4 +35,14 @@ def scanned(buf: Any) -> list[Record]:
         assert cols.header_keys(i) == [k for k, _ in headers]  # the columns' own header reader agrees
         out.append(Record(int(cols.offset[i]), int(cols.timestamp[i]), cols.key(i), cols.value(i),
                           tuple(headers), sequence))
+    return out
+
+
+def message_set(magic: int, rows: list[tuple[int, int, bytes | None, bytes | None]]) -> bytes:
+    """Uncompressed v0/v1 entries, one per row (offset, timestamp, key, value), as kafka-python writes them."""
+    out = b""
+    for offset, timestamp, key, value in rows:
+        builder = LegacyRecordBatchBuilder(magic, 0, 1 << 20)
+        builder.append(offset, timestamp, key, value)
+        out += bytes(builder.build())
     return out

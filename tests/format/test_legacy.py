@@ -15,7 +15,7 @@ import zlib
 import pytest
 from kafka.codec import lz4_encode_old_kafka
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
-from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from records_helper import message_set
 
 from kafkalog.errors import CompressionError, InvalidRecordError
 from kafkalog.format import compression, legacy
@@ -25,16 +25,6 @@ from kafkalog.format.compression import CompressionType
 C = CompressionType
 CREATE, LOG_APPEND, NO_TYPE = TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME, TimestampType.NO_TIMESTAMP_TYPE
 LEGACY_CODECS = [C.GZIP, C.SNAPPY, C.LZ4]
-
-
-def message_set(magic: int, rows: list[tuple[int, int, bytes | None, bytes | None]]) -> bytes:
-    """Uncompressed entries (offset, timestamp, key, value) as kafka-python writes them."""
-    out = b""
-    for offset, timestamp, key, value in rows:
-        builder = LegacyRecordBatchBuilder(magic, 0, 1 << 20)
-        builder.append(offset, timestamp, key, value)
-        out += bytes(builder.build())
-    return out
 
 
 def wrapper_fields(entry: bytes) -> tuple[int, int, int, int, int, bytes | None, bytes]:

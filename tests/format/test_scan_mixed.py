@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
-from records_helper import scanned
+from records_helper import message_set, scanned
 
 from kafkalog.errors import CompressionError, InvalidRecordError
 from kafkalog.format.batch import Record, build_batch, compute_crc
@@ -29,12 +29,7 @@ C = CompressionType
 def legacy_set(magic: int, codec: CompressionType, rows: list[tuple[int, int, bytes | None, bytes | None]]) -> bytes:
     """Entries of ``rows`` (offset, timestamp, key, value): one per row, or one wrapper at the last offset."""
     if codec is C.NONE:
-        out = b""
-        for offset, timestamp, key, value in rows:
-            builder = LegacyRecordBatchBuilder(magic, 0, 1 << 20)
-            builder.append(offset, timestamp, key, value)
-            out += bytes(builder.build())
-        return out
+        return message_set(magic, rows)
     builder = LegacyRecordBatchBuilder(magic, int(codec), 1 << 20)
     for i, (offset, timestamp, key, value) in enumerate(rows):
         builder.append(i if magic == 1 else offset, timestamp, key, value)

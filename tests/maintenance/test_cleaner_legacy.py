@@ -24,7 +24,6 @@ import pytest
 from conftest import run_cli, tree_digest
 from kafka.codec import gzip_encode, lz4_encode, lz4_encode_old_kafka, snappy_encode
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
-from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from test_cleaner import DAY, T0, clean, live_digest, new_store, put, read_log
 
 from kafkalog.errors import CleanerError
@@ -35,20 +34,11 @@ from kafkalog.log import names
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.maintenance import cleaning_tasks as tasks
+from tests.format.records_helper import message_set
 
 C = CompressionType
 LEGACY_CODECS = [C.GZIP, C.SNAPPY, C.LZ4]
 Row = tuple[int, int, bytes | None, bytes | None]  # offset, timestamp, key, value
-
-
-def message_set(magic: int, rows: list[Row]) -> bytes:
-    """Uncompressed entries, one per row, as kafka-python writes them (offsets as given)."""
-    out = b""
-    for offset, timestamp, key, value in rows:
-        builder = LegacyRecordBatchBuilder(magic, 0, 1 << 20)
-        builder.append(offset, timestamp, key, value)
-        out += bytes(builder.build())
-    return out
 
 
 def source_wrapper(magic: int, codec: CompressionType, rows: list[Row], *, inner_magic: int | None = None,

@@ -12,15 +12,10 @@ import pytest
 from conftest import tree_digest
 from helpers import airflow_env, dag_test, migrate
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
+from test_cleaner_disabled import NO_COMPACTION, NO_RETENTION, OFF, REFUSED
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
-OFF = "log.cleaner.enable=false"
-NO_COMPACTION = f"cleaner-disabled: {OFF}: no log cleaner runs, so no log is compacted"
-NO_RETENTION = (f"cleaner-disabled: {OFF}: no log cleaner runs, and a compacted topic's retention runs in the "
-                "log cleaner")
-REFUSED = (f"{OFF} in the broker config: no log cleaner runs, so nothing is compacted; set log.cleaner.enable=true "
-           "to compact")
 
 
 @pytest.fixture(scope="module")

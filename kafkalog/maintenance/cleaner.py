@@ -70,6 +70,7 @@ from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files
 from kafkalog.log.local_log import LocalLog
 from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.segment import LogSegment, SegmentSettings
+from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_for_compaction
 from kafkalog.log.split import split_overflowed_segment
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.log.swap import replace_segments
@@ -78,6 +79,8 @@ from kafkalog.maintenance import journal
 from kafkalog.maintenance.key_map import KeyMap, Supersession
 from kafkalog.maintenance.throttle import UNTHROTTLED, Throttler, Unthrottled, throttler
 from kafkalog.maintenance.txn_tracker import EMPTY_CONTROL, TXN_DATA, TxnEvents, TxnTracker
+from kafkalog.policy.compaction import cleanable_range
+from kafkalog.policy.log_cleaner import require_cleaner
 
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | memoryview
@@ -259,6 +262,26 @@ def resolve_leftovers(location: PartitionLocation, lock_timeout_s: float = 30.0)
             apply_temp_file_plan(plan_temp_files(location.directory))
 
 
+def recheck_round(store: LogStore, location: PartitionLocation, first_dirty_offset: int,
+                  first_uncleanable_offset: int, now_ms: int) -> None:
+    """A round comes from a plan, which may be older than the log: re-checked against the log under
+    the partition's cleaner lock before anything is written, as Kafka's cleaner aborts a round whose log
+    stops being compacted and never cleans past the last stable offset, the active segment or
+    ``min.compaction.lag.ms``. Raises ``CleanerError`` (``ConfigError`` with no cleaner running)."""
+    require_cleaner(store.broker)
+    tp = location.topic_partition
+    config = store.log_config(tp.topic)
+    if not config.compact:
+        raise CleanerError(f"{tp}: cleanup.policy={','.join(sorted(config.cleanup_policy))} is not compacted any "
+                           "more; the planned round is refused (a new plan leaves it alone)")
+    now = cleanable_range(snapshot_for_compaction(location.log_dir, tp.topic, tp.partition, config,
+                                                  LogDirCheckpoints.read(location.log_dir)), now_ms)
+    if first_uncleanable_offset > now.first_uncleanable_offset:
+        raise CleanerError(f"{tp}: the planned round [{first_dirty_offset}, {first_uncleanable_offset}) reaches past "
+                           f"what is cleanable now, offset {now.first_uncleanable_offset} ({now.limit_detail}); "
+                           "nothing was cleaned")
+
+
 def split_overflowed_segments(ctx: CleanContext, lock_timeout_s: float = 30.0) -> None:
     """Kafka's cleaner splits a segment of the round whose offsets overflow its base (a cleaned segment
     based there could not index them: legacy KAFKA-6264, or an older kafkalog's cleaner) and aborts
@@ -289,6 +312,7 @@ def clean_partition(store: LogStore, location: PartitionLocation, first_dirty_of
         resolve_leftovers(location, lock_timeout_s)
         if first_uncleanable_offset <= first_dirty_offset:
             return result
+        recheck_round(store, location, first_dirty_offset, first_uncleanable_offset, now_ms)
         ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
                                  wall_now_ms=wall_now_ms)
         split_overflowed_segments(ctx, lock_timeout_s)

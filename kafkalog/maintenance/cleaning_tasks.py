@@ -44,6 +44,7 @@ from kafkalog.maintenance.cleaner import (
     key_map_capacity,
     map_slices,
     open_clean_context,
+    recheck_round,
     resolve_leftovers,
     split_overflowed_segments,
     swap_cleaned_group,
@@ -98,6 +99,8 @@ def plan_round(store: LogStore, location: PartitionLocation, first_dirty_offset:
                *, now_ms: int, wall_now_ms: int, parts: int = 1) -> tuple[RoundSpec, CleanContext]:
     """Step 1 (the driver, under the cleaner lock): the round's spec, and its context for the commit."""
     resolve_leftovers(location)
+    if first_uncleanable_offset > first_dirty_offset:
+        recheck_round(store, location, first_dirty_offset, first_uncleanable_offset, now_ms)
     ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
                              wall_now_ms=wall_now_ms)
     split_overflowed_segments(ctx)

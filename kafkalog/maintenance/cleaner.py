@@ -20,6 +20,7 @@ readers are promised whatever the cycle's date.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import struct
@@ -204,12 +205,18 @@ class CleanContext:
         """Where the mapped range ends: the whole dirty range is mapped in one pass."""
         return max(self.first_uncleanable_offset, self.first_dirty_offset)
 
+    @functools.cached_property
+    def _next_bases(self) -> dict[int, int]:
+        """Each segment's base offset -> the next segment's (the last one has none)."""
+        bases = [s.base_offset for s in self.log.segments]
+        return dict(zip(bases, bases[1:], strict=False))
+
     def aborted_in(self, segment: LogSegment) -> list[AbortedTxn]:
         """The aborted transactions reaching into ``segment`` (``collectAbortedTransactions`` from its
         base to the next segment's)."""
-        bases = [s.base_offset for s in self.log.segments]
-        i = bases.index(segment.base_offset)
-        upper = bases[i + 1] if i + 1 < len(bases) else segment.read_next_offset()
+        upper = self._next_bases.get(segment.base_offset)
+        if upper is None:
+            upper = segment.read_next_offset()
         return [t for t in self.aborted if t.last_offset >= segment.base_offset and t.first_offset < upper]
 
     def group_txn_states(self, groups: list[list[LogSegment]], events: dict[int, TxnEvents]) -> list[dict[str, Any]]:
@@ -636,15 +643,15 @@ def write_cleaned_group(ctx: CleanContext, group: list[LogSegment], key_map: Sup
         last_offsets: list[I64] = []
         max_timestamps: list[I64] = []
         size = crc = 0
-        # The output's bytes go to the file from a second thread, one window at a time, while the next
-        # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
         # The cleaned segment must reach into the group's last source segment that holds data: crash
         # recovery rolls a swap forward over [its base, its next offset) only, and an old segment left
         # beyond that range would survive beside the new one (an empty one may: it holds nothing). So
         # if that segment would contribute nothing, its last batch is kept as a 61-byte empty batch.
         # The group's first segment needs no cover: the cleaned segment takes its name.
         with_data = [s for s in group if s.size]
-        covered = with_data[-1] if len(with_data) > 0 and with_data[-1] is not group[0] else None
+        covered = with_data[-1] if with_data and with_data[-1] is not group[0] else None
+        # The output's bytes go to the file from a second thread, one window at a time, while the next
+        # window is cleaned into the other set of scratch buffers (``_Scratch.flip``).
         with BackgroundWriter(cleaned.log_path) as writer:
             for segment in group:
                 tracker.add_aborted(ctx.aborted_in(segment))

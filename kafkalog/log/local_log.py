@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -64,6 +65,13 @@ class LoadReport:
     notes: tuple[str, ...]
     recovered_segments: tuple[int, ...]
     truncated_bytes: int
+
+
+class _Carried(NamedTuple):
+    """The producer state after the segment recovered last, and the offset it stands at."""
+
+    state: ProducerState
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,7 @@ class LocalLog:
         view = visible_files(directory, plan)
         segments: list[LogSegment] = []
         rebuild: list[LogSegment] = []  # segments whose indexes are missing or corrupt
+        kafka_rebuilds: set[int] = set()  # those whose index Kafka's own sanity check refuses too
         for name in sorted(view):
             parsed = names.parse_segment_file_name(name)
             if parsed is None or parsed.suffix == names.LOG_SUFFIX or parsed.suffix == names.SNAPSHOT_SUFFIX:
@@ -175,7 +184,10 @@ class LocalLog:
             suffix = view[name].name[len(name):]  # ".swap" when seen through a pending promotion
             segment = LogSegment(directory, parsed.base_offset, settings, suffix=suffix)
             segment.roll_jitter_ms = _random_segment_jitter(config)  # as LogSegment.open draws it
-            if not _indexes_sane(segment):
+            check = _index_check(segment)
+            if check != "sane":
+                if check == "kafka":
+                    kafka_rebuilds.add(parsed.base_offset)
                 notes.append(f"segment {parsed.base_offset}: index missing or corrupt, rebuilt"
                              + (" in memory" if read_only else ""))
                 rebuild.append(segment)
@@ -192,88 +204,132 @@ class LocalLog:
             return log
         if segments:  # checked before recovery writes anything, and again after it
             checkpoint.check_log_start_offset(directory, log_start_offset, segments[-1].read_next_offset())
-        recovered: list[int] = []
-        truncated = 0
-        carried, carried_to = None, -1  # the producer state after the segment recovered last, and its offset
-        for segment in rebuild:  # in offset order, each from the producer state at its base
-            state = carried if carried is not None and carried_to == segment.base_offset \
-                else log.producer_state_at(segment.base_offset)
-            truncated += segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs)
-            carried, carried_to = state, segment.read_next_offset()
-            recovered.append(segment.base_offset)
-        log.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
         assert leader_epochs is not None
-        log._recover_unflushed(had_clean_shutdown, notes, recovered, truncate_corrupt, leader_epochs)
-        if not log._segments:
-            log._segments.append(log._new_segment(log_start_offset))
+        log._recover(rebuild, kafka_rebuilds, had_clean_shutdown, notes, truncate_corrupt, leader_epochs)
         log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
-        log._remove_stray_and_corrupt_snapshots(view, notes)
-        log.load_report = LoadReport(tuple(notes + log._snapshot_notes), tuple(recovered),
+        leader_epochs.truncate_from_start(log_start_offset)  # moved without it: a crash, or an operator's checkpoint
+        log._remove_out_of_range_snapshots(notes)
+        log.load_report = LoadReport(tuple(notes + log._snapshot_notes), log.load_report.recovered_segments,
                                      log.load_report.truncated_bytes)
         checkpoint.check_log_start_offset(directory, log_start_offset, log.log_end_offset)
         return log
 
-    def _recover_unflushed(self, had_clean_shutdown: bool, notes: list[str], recovered: list[int],
-                           truncate_corrupt: bool, leader_epochs: checkpoint.LeaderEpochFileCache) -> None:
-        """Re-validate segments past the recovery point; cut the log at the first invalid batch. The
-        recovered batches' epochs go to ``leader_epochs``, which then ends at the log end (Kafka's
-        loader: ``LogSegment.recover``, then ``truncateFromEnd``)."""
-        truncated = self.load_report.truncated_bytes
-        state: ProducerState | None = None  # at the next segment's base, while segments are recovered in a row
-        for i, segment in enumerate(list(self._segments)):
-            is_last = i == len(self._segments) - 1
-            unflushed = not had_clean_shutdown and segment.read_next_offset() > self.recovery_point
-            torn = is_last and _has_torn_tail(segment)
-            if not (unflushed or torn) or segment.base_offset in recovered:
-                state = None
-                continue
-            if state is None:
-                state = self.producer_state_at(segment.base_offset)
-            cut = segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs)
+    def _recover(self, rebuild: list[LogSegment], kafka_rebuilds: set[int], had_clean_shutdown: bool,
+                 notes: list[str], truncate_corrupt: bool, leader_epochs: checkpoint.LeaderEpochFileCache) -> None:
+        """Kafka's load past the segment listing (spec §11.2 steps 5 and 7): the segments whose indexes
+        failed their check are recovered first (``loadSegmentFiles``), then, after an unclean shutdown,
+        every segment from the one holding the recovery point on (``recoverLog``; and a torn last
+        segment in any case).
+
+        A segment ``recoverLog`` cuts means what follows it is suspect: every later segment is deleted.
+        That holds for a rebuilt segment past the recovery point too when Kafka's own index check
+        passes it (only kafkalog's stricter one refused it: Kafka would cut it in ``recoverLog``); one
+        Kafka rebuilds as well is cut while the segments are listed, and what follows it stays. A log
+        that then ends below its log start offset holds nothing it may serve: every segment and
+        producer snapshot is deleted, the epoch cache cleared, and the log starts again, empty, at the
+        log start offset (``deleteSegmentsIfLogStartGreaterThanLogEnd``). The recovered batches'
+        epochs go to ``leader_epochs``, which then ends at the log end (``truncateFromEnd``)."""
+        recovered: list[int] = []
+        truncated = 0
+        carried: _Carried | None = None
+
+        def recover(segment: LogSegment) -> int:
+            nonlocal carried
+            cut, carried = self._recover_segment(segment, carried, truncate_corrupt, leader_epochs)
             recovered.append(segment.base_offset)
             if cut:
-                truncated += cut
                 notes.append(f"segment {segment.base_offset}: truncated {cut} invalid bytes at its end")
-                for later in self._segments[i + 1:]:
-                    notes.append(f"segment {later.base_offset}: deleted, it follows a truncated segment")
-                    later.delete_files()
-                self._segments = self._segments[: i + 1]
+            return cut
+
+        def unflushed(i: int) -> bool:  # it ends past the recovery point: Kafka's recoverLog recovers it
+            last = i == len(self._segments) - 1
+            ends = self._segments[i].read_next_offset() if last else self._segments[i + 1].base_offset
+            return not had_clean_shutdown and ends > self.recovery_point
+
+        for segment in rebuild:  # in offset order
+            i = self._segments.index(segment)
+            recover_log_cuts = unflushed(i) and segment.base_offset not in kafka_rebuilds
+            cut = recover(segment)
+            truncated += cut
+            if cut and recover_log_cuts:
+                self._delete_segments_after(i, notes)
                 break
-        self._log_end_offset = self._segments[-1].read_next_offset() if self._segments else self.log_start_offset
+        for i, segment in enumerate(list(self._segments)):
+            if segment.base_offset in recovered:
+                continue
+            if not (unflushed(i) or (i == len(self._segments) - 1 and _has_torn_tail(segment))):
+                continue
+            cut = recover(segment)
+            truncated += cut
+            if cut:
+                self._delete_segments_after(i, notes)
+                break
+        end = self._segments[-1].read_next_offset() if self._segments else self.log_start_offset
+        leader_epochs.truncate_from_end(end)
+        if self._segments and end < self.log_start_offset:
+            notes.append(f"the log ends at {end}, below its log start offset {self.log_start_offset}: every "
+                         f"segment and producer snapshot deleted, the log starts again empty there")
+            for segment in self._segments:
+                segment.delete_files()
+            self._segments = []
+            for path in self.directory.glob("*" + names.SNAPSHOT_SUFFIX):
+                path.unlink(missing_ok=True)
+            leader_epochs.clear()
+        if not self._segments:
+            self._segments.append(self._new_segment(self.log_start_offset))
+        self._log_end_offset = self._segments[-1].read_next_offset()
         self.recovery_point = min(max(self.recovery_point, 0), self._log_end_offset)
-        if truncated:
-            leader_epochs.truncate_from_end(self._log_end_offset)
-            # Producer state taken past the new log end describes records that are gone (an open
-            # transaction there would hold the last stable offset back forever): Kafka drops it too.
-            for path in sorted(self.directory.glob("*" + names.SNAPSHOT_SUFFIX)):
-                parsed = names.parse_segment_file_name(path.name)
-                if parsed is not None and not parsed.state and parsed.base_offset > self._log_end_offset:
-                    path.unlink()
-                    notes.append(f"producer snapshot {path.name} past the log end removed")
-            self._producer_state = None
+        self._producer_state = None
         self.load_report = LoadReport(tuple(notes), tuple(recovered), truncated)
 
-    def _remove_stray_and_corrupt_snapshots(self, view: dict[str, Path], notes: list[str]) -> None:
-        """Kafka's loader on the producer snapshots, as the open listed them (recovery may have removed
-        some since): the strays go (``removeStraySnapshots``, ``names.stray_snapshot_offsets``), then
-        the newest is read (``loadFromSnapshot``): one that cannot be read is deleted, for the one
-        before it, so no later reader meets it. Kafka's load first deletes those at or below the log
-        start offset or past the log end unread (``truncateAndReload``), so only those in between are
-        read here. kafkalog's load keeps the others (but those past a log end its recovery cut): a
-        reader takes the state a broker holds in memory from the one at the log start offset.
-        Truncation deletes them (``truncate_to``)."""
-        snapshots = {names.offset_from_file_name(name): path for name, path in view.items()
-                     if name.endswith(names.SNAPSHOT_SUFFIX)}
-        for offset in names.stray_snapshot_offsets(snapshots, {s.base_offset for s in self._segments}):
-            path = snapshots.pop(offset)
-            try:
-                path.unlink()
-            except FileNotFoundError:
+    def _recover_segment(self, segment: LogSegment, carried: _Carried | None, truncate_corrupt: bool,
+                         leader_epochs: checkpoint.LeaderEpochFileCache) -> tuple[int, _Carried]:
+        """``LogLoader.recoverSegment``: the segment recovered from the producer state as of its base (the
+        one the segment recovered just before it ended with, else rebuilt from the newest snapshot).
+        Returns the bytes cut and the state at the segment's new end."""
+        if carried is not None and carried.offset == segment.base_offset:
+            state = carried.state
+        else:
+            state = self.producer_state_at(segment.base_offset)
+        cut = segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs)
+        return cut, _Carried(state, segment.read_next_offset())
+
+    def _delete_segments_after(self, i: int, notes: list[str]) -> None:
+        for later in self._segments[i + 1:]:
+            notes.append(f"segment {later.base_offset}: deleted, it follows a truncated segment")
+            later.delete_files()
+        self._segments = self._segments[: i + 1]
+
+    def _remove_out_of_range_snapshots(self, notes: list[str]) -> None:
+        """Kafka's load on the producer snapshots (``removeStraySnapshots``, then ``truncateAndReload``):
+        the strays go (``names.stray_snapshot_offsets``), then, unread, those at or below the log start
+        offset (their producers' records are all deleted, and a reader no longer sees them) and those
+        past the log end (they describe records that are gone); then the newest is read
+        (``loadFromSnapshot``), and one that cannot be read is deleted for the one before it, so no
+        later reader meets it.
+
+        Kafka's load also snapshots the state it rebuilt at the last two segment bases and the log
+        end, its recovery one at each recovered segment's end, and its close one at the log end;
+        kafkalog's load writes none (every kafkalog command loads the log, and each would leave
+        snapshot files of its own): a reader rebuilds the state from the newest snapshot there is."""
+        snapshots = {names.offset_from_file_name(path.name): path
+                     for path in self.directory.glob("*" + names.SNAPSHOT_SUFFIX)}
+        strays = names.stray_snapshot_offsets(snapshots, {s.base_offset for s in self._segments})
+        end = self.log_end_offset
+        for offset, path in sorted(snapshots.items()):
+            if offset in strays:
+                note = f"stray producer snapshot {path.name} removed"
+            elif offset <= self.log_start_offset:
+                note = f"producer snapshot {path.name} at or below the log start offset removed"
+            elif offset > end:
+                note = f"producer snapshot {path.name} past the log end removed"
+            else:
                 continue
-            notes.append(f"stray producer snapshot {path.name} removed")
+            del snapshots[offset]
+            path.unlink(missing_ok=True)
+            notes.append(note)
         for offset in sorted(snapshots, reverse=True):
-            if self.log_start_offset < offset <= self.log_end_offset \
-                    and self._read_snapshot(snapshots[offset]) is not None:
+            if self._read_snapshot(snapshots[offset]) is not None:
                 break
 
     def _read_snapshot(self, path: Path) -> list[ProducerSnapshotEntry] | None:
@@ -345,13 +401,15 @@ class LocalLog:
         return self.producer_state_at(self.log_end_offset)
 
     def producer_state_at(self, offset: int) -> ProducerState:
-        """Producer state as of ``offset`` (a segment's base, or the log end): the newest snapshot at or
-        below it plus the batches from there up to it (``UnifiedLog.rebuildProducerState``). A snapshot
-        that cannot be read is passed over for the one before it (``loadFromSnapshot``, see
-        ``_read_snapshot``); without any, the batches from the log start offset."""
+        """Producer state as of ``offset`` (a segment's base, or the log end): the newest snapshot above
+        the log start offset and at or below ``offset``, plus the batches from there up to it
+        (``UnifiedLog.rebuildProducerState``). A snapshot that cannot be read is passed over for the one
+        before it (``loadFromSnapshot``, see ``_read_snapshot``); without any, the batches from the log
+        start offset. Snapshots at or below the log start offset are never read: Kafka's load deletes
+        them unread, so a reader sees the state a writable open of the log would."""
         snapshots = sorted(
             (names.offset_from_file_name(p.name), p) for p in self.directory.glob(f"*{names.SNAPSHOT_SUFFIX}")
-            if names.offset_from_file_name(p.name) <= offset
+            if self.log_start_offset < names.offset_from_file_name(p.name) <= offset
         )
         state, start = ProducerState(), self.log_start_offset
         for snapshot_offset, path in reversed(snapshots):
@@ -359,17 +417,19 @@ class LocalLog:
             if entries is not None:
                 state, start = ProducerState(entries), snapshot_offset
                 break
-        for segment in self._segments:
-            if segment.base_offset >= offset:
+        for i, segment in enumerate(self._segments):
+            if segment.base_offset >= offset or start >= offset:
                 break
-            if segment.read_next_offset() <= start:
-                continue
+            if i + 1 < len(self._segments) and self._segments[i + 1].base_offset <= start:
+                continue  # it ends where the next one begins, at or below the start: nothing to read
             # From the batch holding ``start`` (Kafka reads a segment from the batch holding an offset):
-            # a batch straddling the log start offset still counts for its producer.
-            for data, batches, _ in segment.scan_chunks():  # the active segment can be large: in chunks
-                for i in np.flatnonzero((batches.producer_id >= 0) & (batches.last_offset >= start)
+            # a batch straddling the log start offset still counts for its producer. The index finds it
+            # without reading what lies before it.
+            _, position = segment.offset_index.lookup(start)
+            for data, batches, _ in segment.scan_chunks(position):  # the active segment can be large: in chunks
+                for j in np.flatnonzero((batches.producer_id >= 0) & (batches.last_offset >= start)
                                         & (batches.base_offset < offset)):
-                    state.update(summarize_batch(data, batches, int(i)))
+                    state.update(summarize_batch(data, batches, int(j)))
         return state
 
     # --- appending -----------------------------------------------------------------------------
@@ -650,26 +710,28 @@ def _random_segment_jitter(config: LogConfig) -> int:
     return random.randrange(bound) if bound > 0 else 0
 
 
-def _indexes_sane(segment: LogSegment) -> bool:
-    """Kafka's load-time check (a missing or corrupt index means the segment is recovered, its indexes
-    rebuilt from the log) plus what it lacks: a non-empty segment must have a time index (without one
-    retention would judge it by its mtime), and no index entry may point past the log's data."""
+def _index_check(segment: LogSegment) -> Literal["sane", "kafka", "kafkalog"]:
+    """Kafka's load-time check (``sanityCheck``: a missing offset index or a ``CorruptIndexException``
+    means the segment is recovered, its indexes rebuilt from the log; "kafka") plus what it lacks
+    ("kafkalog"): a non-empty segment must have a time index (without one retention would judge it by
+    its mtime), and no index entry may point past the log's data."""
     if not segment.offset_index.path.exists():
-        return False
-    if not segment.time_index.path.exists() and segment.size > 0:
-        return False
+        return "kafka"
     try:
         segment.offset_index.sanity_check()
         segment.time_index.sanity_check()
         segment.txn_index.sanity_check()
     except KafkaLogError:
-        return False
+        return "kafka"
+    if not segment.time_index.path.exists() and segment.size > 0:
+        return "kafkalog"
     if len(segment.offset_index) and segment.offset_index.entry(len(segment.offset_index) - 1)[1] >= segment.size:
-        return False  # an entry points past the data: a lookup would start a reader past records
+        return "kafkalog"  # an entry points past the data: a lookup would start a reader past records
     next_offset = segment.read_next_offset()
     _, last_time_offset = segment.time_index.last_entry()
-    return (segment.offset_index.last_offset <= max(segment.base_offset, next_offset)
+    sane = (segment.offset_index.last_offset <= max(segment.base_offset, next_offset)
             and (not len(segment.time_index) or last_time_offset < next_offset))
+    return "sane" if sane else "kafkalog"
 
 
 def _has_torn_tail(segment: LogSegment) -> bool:

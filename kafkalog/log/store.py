@@ -318,7 +318,7 @@ class LogStore:
         key = (tp.topic, tp.partition)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key)
         recovery = 0 if revalidate_all else self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
-        clean = not revalidate_all and (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
+        clean = had_clean_shutdown(location.log_dir, consume=not read_only) and not revalidate_all
         return LocalLog.open(location.directory, self.log_config(tp.topic), log_start_offset=start or 0,
                              recovery_point=recovery or 0, had_clean_shutdown=clean,
                              read_only=read_only, truncate_corrupt=truncate_corrupt,
@@ -326,13 +326,15 @@ class LogStore:
 
     def clean_log_end(self, location: PartitionLocation) -> int | None:
         """The log end offset if Kafka's loader would open this partition without recovering anything
-        (``snapshot.clean_log_end``), else None; reads a few file headers, changes nothing."""
+        (``snapshot.clean_log_end``), else None; reads a few file headers. ``kafkalog recover`` asks it
+        of every partition it loads, so it is a load of the log dir: it consumes a broker's clean
+        shutdown file (``had_clean_shutdown``), and changes nothing else."""
         from kafkalog.log.snapshot import clean_log_end
 
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
-        clean_shutdown = (location.log_dir / names.CLEAN_SHUTDOWN_FILE).exists()
+        clean_shutdown = had_clean_shutdown(location.log_dir, consume=True)
         end = clean_log_end(location.directory, recovery, clean_shutdown)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key, 0)
         return end if end is not None and start <= end else None
@@ -507,6 +509,34 @@ class LogStore:
 
     def _dirs_text(self) -> str:
         return ", ".join(str(d) for d in self.log_dirs)
+
+
+def had_clean_shutdown(log_dir: Path, *, consume: bool) -> bool:
+    """Whether the broker that wrote ``log_dir`` last shut down cleanly (its ``.kafka_cleanshutdown``).
+    With ``consume`` the file is deleted once read, as Kafka's LogManager deletes it when it starts
+    loading the dir, so that a crash from then on loads as unclean.
+
+    Only a broker writes the file, at a clean shutdown, after it flushed every log of the dir and
+    checkpointed each one's recovery point at its log end. Every kafkalog command is a process of its
+    own, and one that opens a partition for writing (or ``recover``, which loads every partition and
+    writes to none it leaves alone) is a broker start for the dir as far as the file goes: it consumes
+    the file, holding the partition's lock, before it appends or truncates anything. So a file that is
+    still there means no kafkalog writer has opened any partition of the dir since the broker stopped,
+    whatever other processes run (the cleaner's swaps are flushed before they show, and its leftovers
+    resolved at every load, clean or not); and a writer that dies later leaves no file behind to make
+    its torn writes load as clean. The dir's other partitions lose nothing by it: their recovery
+    points, at their log ends, say what the file said of them (a stale entry only means more
+    recovery). Two processes may both read the file before either deletes it: both partitions were as
+    the broker left them, so both are right. Each open reads the file again rather than remembering
+    it for the dir (another process may write and crash in between). A read-only open never deletes
+    it: it changes nothing."""
+    path = log_dir / names.CLEAN_SHUTDOWN_FILE
+    if not path.exists():
+        return False
+    if consume:
+        path.unlink(missing_ok=True)
+        checkpoint.fsync_dir(log_dir)  # the deletion is durable before anything is written
+    return True
 
 
 def delete_dir_name(tp: TopicPartition) -> str:

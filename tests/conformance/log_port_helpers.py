@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from kafka_log import MAX_INT, ScenarioLog
@@ -53,6 +54,22 @@ SINGLETON_BYTES = len(kbatch(0))  # 72: Kafka's singletonRecords("test".getBytes
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+@contextmanager
+def one_log(log: ScenarioLog) -> Iterator[LocalLog]:
+    """Kafka's test keeps one ``UnifiedLog`` object across its steps. Each ``ScenarioLog`` step opens the
+    partition and closes it again, a broker stopping and starting in between, and a start (Kafka's
+    load, and kafkalog's) deletes the producer snapshots at or below the log start offset unread: the
+    state the running log held for producers below it is gone. Inside this block every step goes to
+    one writable open of the partition instead, as Kafka's test runs; a CLI step (another process)
+    would wait for its lock."""
+    with log.writable() as local:
+        log.writable = lambda: nullcontext(local)  # type: ignore[method-assign]
+        try:
+            yield local
+        finally:
+            del log.writable
 
 
 def append_raw(log: ScenarioLog, raws: Iterable[bytes], *, now_ms: int | None = None) -> LocalLog:

@@ -94,8 +94,6 @@ def _check_reads_and_time_lookups(log: ScenarioLog, count: int = 200) -> None:
 
 
 # --- clean shutdown, recovery points --------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: .kafka_cleanshutdown is never deleted when a log dir is loaded, "
-                                       "so a later crash of kafkalog's own writes still loads as a clean shutdown")
 def test_log_recovery_is_called_upon_broker_crash(tmp_path: Path) -> None:
     """LogLoaderTest.testLogRecoveryIsCalledUponBrokerCrash: loading the log dirs consumes the clean
     shutdown file (it no longer exists after the load), so the next load after a crash is unclean."""
@@ -182,8 +180,9 @@ def test_recover_after_non_monotonic_coordinator_epoch_write(tmp_path: Path) -> 
 
 
 # --- producer state at load -----------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: producer state is rebuilt from the log start offset, so a "
-                                       "producer whose batches lie below it in the first segment is dropped")
+@pytest.mark.xfail(strict=True, reason="DIVERGENCE: kafkalog's close takes no producer snapshot at the log end "
+                                       "(Kafka's UnifiedLog.close does), so the next load rebuilds producer state "
+                                       "from the log start offset and drops a producer whose batches lie below it")
 def test_load_producers_after_delete_records_mid_segment(tmp_path: Path) -> None:
     """LogLoaderTest.testLoadProducersAfterDeleteRecordsMidSegment: deleting records up to 1 (inside the
     one segment) keeps both producers, and an unclean load with log start offset 1 rebuilds both (pid
@@ -199,8 +198,6 @@ def test_load_producers_after_delete_records_mid_segment(tmp_path: Path) -> None
     assert sorted(state) == [1, 2] and state[2].last_sequence == 0
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: producer snapshots at or below the log start offset are still "
-                                       "loaded, so producers whose data was all deleted come back after recovery")
 def test_load_producers_after_delete_records_on_segment(tmp_path: Path) -> None:
     """LogLoaderTest.testLoadProducersAfterDeleteRecordsOnSegment: deleting the segment holding producer
     1's only batch keeps both producers in memory, but an unclean load with log start offset 1 rebuilds
@@ -547,8 +544,6 @@ def _corrupt_second_segment_below_log_start(log: ScenarioLog, segments: int, sta
     names.log_file(log.directory, 1).write_bytes(b"corruptRecord")  # FileWriter overwrites the segment
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a segment cut while its index is rebuilt at load does not delete "
-                                       "the later segments, and a log end below the log start offset is not reset")
 def test_log_end_less_than_start_after_reopen(tmp_path: Path) -> None:
     """LogLoaderTest.testLogEndLessThanStartAfterReopen: garbage written over segment 1 (below the log
     start offset 4): the unclean load truncates it and deletes every later segment; the log then ends
@@ -563,8 +558,6 @@ def test_log_end_less_than_start_after_reopen(tmp_path: Path) -> None:
                                     names.time_index_file(log.directory, 4)))
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a segment cut while its index is rebuilt at load does not delete "
-                                       "the later segments, and a log end below the log start offset is not reset")
 def test_corrupted_log_recovery_does_not_delete_producer_state_snapshots_post_recovery(tmp_path: Path) -> None:
     """LogLoaderTest.testCorruptedLogRecoveryDoesNotDeleteProducerStateSnapshotsPostRecovery: 9 one-record
     segments, log start 4, garbage over segment 1: the load leaves one empty segment at 4 and no

@@ -26,6 +26,7 @@ from log_port_helpers import (
     kbatch,
     kbatch_of,
     leader_epochs,
+    one_log,
     producers,
     read_only,
     retention,
@@ -331,16 +332,20 @@ def test_retention_deletes_producer_state_snapshots(tmp_path: Path, create_empty
 
 def test_log_start_offset_movement_deletes_snapshots(tmp_path: Path) -> None:
     """UnifiedLogTest.testLogStartOffsetMovementDeletesSnapshots: moving the log start offset to the
-    log end - 1 deletes the first two segments and, after the delay, their snapshots: one remains."""
+    log end - 1 deletes the first two segments and, after the delay, their snapshots: one remains, the
+    active segment's. Kafka's test never reloads its log, so the steps are one open of it here
+    (``one_log``; the deletion the one retention makes for a log start offset of 2). A load in
+    between would delete that snapshot too, unread: it is at the log start offset."""
     log = ScenarioLog(tmp_path, segment_bytes=2048 * 5, retention_bytes=-1, file_delete_delay_ms=0)
-    log.idempotent(1, [(None, "a")], sequence=0)
-    log.roll()
-    log.idempotent(1, [(None, "b")], sequence=1)
-    log.roll()
-    log.idempotent(1, [(None, "c")], sequence=2)
-    assert snapshot_offsets(log) == [1, 2]
-    set_log_start_offset(log, 2)
-    retention(log, T0)
+    with one_log(log) as local:
+        log.idempotent(1, [(None, "a")], sequence=0)
+        log.roll()
+        log.idempotent(1, [(None, "b")], sequence=1)
+        log.roll()
+        log.idempotent(1, [(None, "c")], sequence=2)
+        assert snapshot_offsets(log) == [1, 2]
+        local.mark_segments_deleted(2, mark_time_ms=T0)
+        assert local.log_start_offset == 2
     sweep(log)
     assert snapshot_offsets(log) == [2]
 
@@ -348,21 +353,26 @@ def test_log_start_offset_movement_deletes_snapshots(tmp_path: Path) -> None:
 def test_delete_snapshots_on_increment_log_start_offset(tmp_path: Path) -> None:
     """UnifiedLogTest.testDeleteSnapshotsOnIncrementLogStartOffset: deleting records to offset 2 keeps
     both producers' state (pid 2's last sequence 0) but deletes the dropped segment's snapshot after
-    file.delete.delay.ms."""
+    file.delete.delay.ms. The state is the running log's: Kafka's test never reloads it, so the steps
+    are one open of the log here (``one_log``; the deletion the one retention makes for a log start
+    offset of 2). A load forgets both producers: Kafka's deletes the snapshots at or below the log
+    start offset unread, and no batch of theirs is left above it."""
     log = ScenarioLog(tmp_path, segment_bytes=2048 * 5)
-    log.idempotent(1, [(None, "a")], sequence=0)
-    log.roll()
-    log.idempotent(2, [(None, "b")], sequence=0)
-    log.roll()
-    assert len(producers(log)) == 2 and snapshot_offsets(log) == [1, 2]
-    set_log_start_offset(log, 2)
-    retention(log, T0)
+    with one_log(log) as local:
+        log.idempotent(1, [(None, "a")], sequence=0)
+        log.roll()
+        log.idempotent(2, [(None, "b")], sequence=0)
+        log.roll()
+        assert len(local.producer_state().producers) == 2 and snapshot_offsets(log) == [1, 2]
+        local.mark_segments_deleted(2, mark_time_ms=T0)
+        assert local.log_start_offset == 2
+        state = local.producer_state().producers
+        assert sorted(state) == [1, 2]
+        assert state[2].last_sequence == 0
     age_deleted_files(log, 60_000 + 1000)
     sweep(log)
-    state = producers(log)
-    assert sorted(state) == [1, 2]
-    assert state[2].last_sequence == 0
     assert snapshot_offsets(log) == [2]
+    assert producers(log) == {}
 
 
 def test_producer_id_expiration_on_segment_deletion(tmp_path: Path) -> None:

@@ -179,8 +179,6 @@ def test_producer_snapshot_after_segment_roll_on_append(tmp_path: Path) -> None:
     assert [e.last_offset for e in snapshot_entries(log, 1)] == [0]
 
 
-@pytest.mark.xfail(strict=True, reason="DIVERGENCE: a producer snapshot past the log end offset survives loading "
-                                       "(Kafka's truncateAndReload deletes snapshots above the log end)")
 def test_loading_log_deletes_producer_state_snapshots_past_log_end_offset(tmp_path: Path) -> None:
     """UnifiedLogTest.testLoadingLogDeletesProducerStateSnapshotsPastLogEndOffset: an (empty) snapshot
     file at 42 in an empty log is deleted when the log is loaded."""
@@ -193,7 +191,8 @@ def test_loading_log_deletes_producer_state_snapshots_past_log_end_offset(tmp_pa
 
 
 @pytest.mark.xfail(strict=True, reason="DIVERGENCE: loading a log writes no producer snapshots (Kafka snapshots the "
-                                       "last two segment bases and the log end offset while rebuilding state)")
+                                       "last two segment bases and the log end offset while rebuilding state, and "
+                                       "each recovered segment's end)")
 def test_initialization_of_producer_snapshots_upgrade_path(tmp_path: Path) -> None:
     """UnifiedLogTest.testInitializationOfProducerSnapshotsUpgradePath: with every snapshot deleted,
     loading after a clean shutdown writes snapshots at the last two segment bases and the log end

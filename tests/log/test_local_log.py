@@ -578,6 +578,81 @@ def test_read_only_open_without_indexes_rebuilds_what_is_asked_for_when_it_is_as
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in rebuilt.txn_index.entries()] == [(3, 1, 3)]
 
 
+def _one_batch_segments(d: Path, count: int) -> list[int]:
+    """``count`` segments of one batch each (offsets 0..count-1), and an empty active one at ``count``."""
+    log = LocalLog.open(d, config())
+    for i in range(count):
+        log.append_batch(batch(i, b"v%d" % i, partition_leader_epoch=i), now_ms=NOW)
+        log.roll(now_ms=NOW)
+    log.close()
+    return bases(log)
+
+
+def test_a_segment_cut_past_the_recovery_point_deletes_the_segments_after_it(tmp_path: Path) -> None:
+    """Kafka's ``recoverLog``: a segment past the recovery point cut where it should be whole means what
+    follows is suspect, so every later segment goes. Here the torn segment's time index names an offset
+    past its data, which only kafkalog's index check refuses: it is rebuilt first, and cut as Kafka's
+    ``recoverLog`` would cut it."""
+    d = partition_dir(tmp_path)
+    assert _one_batch_segments(d, 5) == [0, 1, 2, 3, 4, 5]
+    log_file = names.log_file(d, 2)
+    os.truncate(log_file, log_file.stat().st_size - 3)  # a torn batch
+    log = LocalLog.open(d, config(), recovery_point=2)
+    assert bases(log) == [0, 1, 2] and log.log_end_offset == 2
+    assert log.load_report.recovered_segments == (2,)
+    assert [n for n in log.load_report.notes if "deleted" in n] == [
+        f"segment {b}: deleted, it follows a truncated segment" for b in (3, 4, 5)]
+    assert not names.log_file(d, 3).exists()
+    assert read_leader_epoch_checkpoint(d / names.LEADER_EPOCH_CHECKPOINT) == [(0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("recovery_point", [2, 5])
+def test_a_segment_cut_while_its_missing_index_is_rebuilt_keeps_the_segments_after_it(
+        tmp_path: Path, recovery_point: int) -> None:
+    """A segment whose offset index is missing is recovered while Kafka's loader lists the segments
+    (``loadSegmentFiles``), which deletes nothing after it, past the recovery point or not; the later
+    segments past it are recovered each on its own."""
+    d = partition_dir(tmp_path)
+    _one_batch_segments(d, 5)
+    log_file = names.log_file(d, 2)
+    os.truncate(log_file, log_file.stat().st_size - 3)
+    names.index_file(d, 2).unlink()
+    log = LocalLog.open(d, config(), recovery_point=recovery_point)
+    assert bases(log) == [0, 1, 2, 3, 4, 5] and log.log_end_offset == 5
+    assert [r[0] for r in all_records(log)] == [0, 1, 3, 4]
+    assert log.load_report.recovered_segments == ((2, 3, 4, 5) if recovery_point == 2 else (2,))
+
+
+def test_a_log_cut_below_its_log_start_offset_starts_again_empty_there(tmp_path: Path) -> None:
+    """``deleteSegmentsIfLogStartGreaterThanLogEnd``: recovery cuts the log at 1, below its log start
+    offset 3, so nothing in it may be served: every segment and producer snapshot is deleted, the
+    epoch cache cleared, and the log starts again, empty, at 3; appends go on from there."""
+    d = partition_dir(tmp_path)
+    _one_batch_segments(d, 5)
+    names.log_file(d, 1).write_bytes(b"corruptRecord")
+    log = LocalLog.open(d, config(), log_start_offset=3, recovery_point=0, truncate_corrupt=True)
+    assert bases(log) == [3] and (log.log_start_offset, log.log_end_offset, log.recovery_point) == (3, 3, 0)
+    assert sorted(p.name for p in d.iterdir() if p.name[:1] == "0") == [
+        f"{3:020d}{suffix}" for suffix in (".index", ".log", ".timeindex")]
+    assert read_leader_epoch_checkpoint(d / names.LEADER_EPOCH_CHECKPOINT) == []
+    assert "the log ends at 1, below its log start offset 3: every segment and producer snapshot deleted, " \
+           "the log starts again empty there" in log.load_report.notes
+    log.append_batch(batch(3, b"again", partition_leader_epoch=7), now_ms=NOW)
+    assert all_records(log) == [(3, b"k3", b"again")]
+    assert read_leader_epoch_checkpoint(d / names.LEADER_EPOCH_CHECKPOINT) == [(7, 3)]
+
+
+def test_a_log_start_offset_checkpoint_past_the_files_is_still_refused(tmp_path: Path) -> None:
+    """Only a log its recovery cut is started again at the log start offset: a checkpoint already past
+    what the files hold (a typo, or files copied without their tail) is refused and nothing changes."""
+    d = partition_dir(tmp_path)
+    _one_batch_segments(d, 3)
+    before = dir_digest(d)
+    with pytest.raises(KafkaLogError, match="log start offset checkpoint says 9 but the log ends at 3"):
+        LocalLog.open(d, config(), log_start_offset=9, recovery_point=0)
+    assert dir_digest(d) == before
+
+
 def test_zero_filled_log_tail_truncated_on_open(tmp_path: Path) -> None:
     d = partition_dir(tmp_path)
     cfg = config()
@@ -678,7 +753,8 @@ def test_deleted_files_invisible_and_left_for_the_retention_sweep(tmp_path: Path
 
 def test_a_delete_killed_between_a_segment_and_its_snapshot_leaves_no_stray_snapshot(tmp_path: Path) -> None:
     # A mark killed after renaming segment 1's files but before its snapshot: the next writable open
-    # drops that snapshot as Kafka's loader does, and keeps those at segment bases and one at the log end.
+    # drops that snapshot as Kafka's loader does (a stray), and the one at the log start offset (2)
+    # unread; it keeps those at later segment bases and one at the log end.
     d = partition_dir(tmp_path)
     cfg = config()
     log = LocalLog.open(d, cfg)
@@ -698,10 +774,11 @@ def test_a_delete_killed_between_a_segment_and_its_snapshot_leaves_no_stray_snap
     assert bases(ro) == [2, 3] and len(list(d.glob("*.snapshot"))) == 5  # a reader changes nothing
     log = LocalLog.open(d, cfg, log_start_offset=2)
     assert bases(log) == [2, 3]
-    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [2, 3, 4]
-    assert [n for n in log.load_report.notes if "stray" in n] == [
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [3, 4]
+    assert [n for n in log.load_report.notes if "snapshot" in n] == [
         "stray producer snapshot 00000000000000000000.snapshot removed",
-        "stray producer snapshot 00000000000000000001.snapshot removed"]
+        "stray producer snapshot 00000000000000000001.snapshot removed",
+        "producer snapshot 00000000000000000002.snapshot at or below the log start offset removed"]
     assert (d / "00000000000000000001.log.deleted").exists()  # the sweep's to delete, not the loader's
 
 
@@ -737,8 +814,7 @@ def test_a_corrupt_snapshot_is_skipped_for_the_one_before_and_deleted_only_by_a_
 
 
 def test_every_corrupt_snapshot_down_to_a_readable_one_is_deleted(tmp_path: Path) -> None:
-    """Two damaged snapshots (3 and 2) in a row: both go, state comes from the one at 1; the one at the
-    log start offset is never deleted unread, as Kafka's load never reads it (it deletes it first)."""
+    """Two damaged snapshots (3 and 2) in a row: both go, state comes from the one at 1."""
     d = partition_dir(tmp_path)
     _three_producers_in_three_segments(d)
     for offset in (2, 3):
@@ -746,10 +822,43 @@ def test_every_corrupt_snapshot_down_to_a_readable_one_is_deleted(tmp_path: Path
     log = LocalLog.open(d, config(), recovery_point=3)
     assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [1]
     assert sorted(log.producer_state().producers) == [1, 2, 3]
+
+
+def test_snapshots_at_or_below_the_log_start_offset_are_deleted_unread(tmp_path: Path) -> None:
+    """Kafka's ``truncateAndReload``: with the log start offset at 2 the snapshots at 1 and 2 go unread
+    (a damaged one too) and producer state is rebuilt from the log start: producers 1 and 2, whose
+    batches are all below it, are forgotten. A reader sees the same state and changes nothing; a
+    snapshot above the log start offset is still read (producer 1 stays known through the one at 3)."""
+    d = partition_dir(tmp_path)
+    _three_producers_in_three_segments(d)
     names.snapshot_file(d, 1).write_bytes(b"\0" * 10)
-    log = LocalLog.open(d, config(), log_start_offset=1, recovery_point=3)
-    assert sorted(log.producer_state().producers) == [2, 3]  # from the log start: producer 1's batch is below it
-    assert names.snapshot_file(d, 1).exists()
+    assert sorted(LocalLog.open(d, config(), log_start_offset=1, read_only=True).producer_state().producers) \
+        == [1, 2, 3]
+    names.snapshot_file(d, 3).unlink()
+    before = dir_digest(d)
+    assert sorted(LocalLog.open(d, config(), log_start_offset=2, read_only=True).producer_state().producers) == [3]
+    assert dir_digest(d) == before
+    log = LocalLog.open(d, config(), log_start_offset=2, recovery_point=3)
+    assert sorted(log.producer_state().producers) == [3]
+    assert not [n for n in log.load_report.notes if "corrupt" in n]
+    assert [n for n in log.load_report.notes if "log start" in n] == [
+        f"producer snapshot {names.snapshot_file(d, o).name} at or below the log start offset removed" for o in (1, 2)]
+    assert list(d.glob("*.snapshot")) == []
+
+
+def test_a_snapshot_past_the_log_end_is_deleted_by_a_writable_open(tmp_path: Path) -> None:
+    """Kafka's ``truncateAndReload`` deletes the snapshots past the log end at every load, not only
+    after a recovery cut the log: one left there describes records that are gone, and would be read as
+    the state of records appended there later. A reader never reads it (it is above any offset asked)."""
+    d = partition_dir(tmp_path)
+    _three_producers_in_three_segments(d)
+    names.snapshot_file(d, 42).write_bytes(names.snapshot_file(d, 3).read_bytes())
+    before = dir_digest(d)
+    assert sorted(LocalLog.open(d, config(), read_only=True).producer_state().producers) == [1, 2, 3]
+    assert dir_digest(d) == before
+    log = LocalLog.open(d, config(), recovery_point=3)
+    assert "producer snapshot 00000000000000000042.snapshot past the log end removed" in log.load_report.notes
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [1, 2, 3]
 
 
 def test_truncate_to_a_segment_base_keeps_that_segment_empty(tmp_path: Path) -> None:

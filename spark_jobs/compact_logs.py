@@ -15,16 +15,17 @@ import fcntl
 import gc
 import math
 import os
-import shutil
+import re
 import socket
 import sys
 import time
 import traceback
+import uuid
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log import names
@@ -42,6 +43,11 @@ REPORT_VERSION = 2
 LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
+# A run's own sub-directory of the scratch dir, and its marker, flock-ed while the run's driver lives.
+SCRATCH_RUN = re.compile(r"kafkalog-run-[0-9a-f]{32}")
+SCRATCH_MARKER = ".kafkalog-spark-run"
+# The files a key-map task saves (KeyMap.save at `<name>-<attempt tag>`): the only files the job removes there.
+MAP_FILE = re.compile(r"map-(\d+|whole)-(attempt|pid)-\d+\.(table\.npy|arena\.npy|superseded\.npy|json)(\.tmp)?")
 MIN_SPLIT_BYTES = 64 << 20  # below this, a second stage costs more than it saves
 # A key map takes ~40 B per distinct key; a dirty range of tiny records has a key per ~30 B of log.
 MAP_BYTES_PER_DIRTY_BYTE = 1.5
@@ -69,6 +75,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_REFUSED, f"{self.prog}: error: {message}\n")
 
 
+def non_negative(text: str) -> int:
+    """An argument that counts bytes or milliseconds: a negative one cannot be right (a clock skew of -1
+    would refuse every executor)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = _Parser(prog="compact_logs.py", description="Compact Kafka-format logs on Spark (spark_jobs/README.md).")
     p.add_argument("--log-dir", action="append", metavar="DIR", help="repeatable (env KAFKALOG_LOG_DIRS)")
@@ -79,15 +94,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--partition", type=int, help="with --topic: only this partition")
     p.add_argument("--now-ms", type=int, help="the cycle's clock (required unless the plan carries now_ms)")
     p.add_argument("--wall-now-ms", type=int, help="stamped into new tombstone horizons (default: the driver's clock)")
-    p.add_argument("--byte-budget", type=int, help="at most this many cleanable bytes")
+    p.add_argument("--byte-budget", type=non_negative, help="at most this many cleanable bytes")
     p.add_argument("--run-id", help="journal run id (default: a new one)")
     p.add_argument("--report", required=True, metavar="REPORT.json", help="where to write the JSON report")
     p.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
     p.add_argument("--numba-cache-dir", metavar="DIR", help=f"default: <first log dir>/../{DEFAULT_NUMBA_CACHE}")
     p.add_argument("--scratch-dir", metavar="DIR", help=f"default: <first log dir>/../{DEFAULT_SCRATCH}")
-    p.add_argument("--split-bytes", type=int, metavar="N", help="split a partition that recopies more (0: never)")
-    p.add_argument("--map-memory", type=int, metavar="BYTES", help="a task's key-map budget")
-    p.add_argument("--max-clock-skew-ms", type=int, default=2000, help="(default: %(default)s)")
+    p.add_argument("--split-bytes", type=non_negative, metavar="N",
+                   help="split a partition that recopies more (0: never)")
+    p.add_argument("--map-memory", type=non_negative, metavar="BYTES", help="a task's key-map budget")
+    p.add_argument("--max-clock-skew-ms", type=non_negative, default=2000, help="(default: %(default)s)")
     p.add_argument("--partition-failures-ok", action="store_true", help="exit 0 even if partitions failed")
     p.add_argument("--ui", action="store_true", help="enable the Spark UI (needs $SPARK_LOCAL_IP)")
     args = p.parse_args(argv)
@@ -187,7 +203,7 @@ def run_task(item: Doc) -> Doc:
         if item["kind"] == "round":
             out.update(tasks.clean_round_task(store, spec, tag))
         elif item["kind"] == "map":
-            done = tasks.map_part_task(store, spec, item["part"], Path(item["scratch"]) / f"map-{item['part']}-{tag}")
+            done = tasks.map_part_task(store, spec, item["part"], Path(item["scratch"]) / f"{item['map']}-{tag}")
             out.update(groups=[], maps=[done["stats"]], part=item["part"], prefix=done["prefix"],
                        txn_events=done["txn_events"], end_offset=done["end_offset"])
         else:
@@ -227,6 +243,83 @@ def open_store(args: argparse.Namespace) -> tuple[LogStore, dict[str, str]]:
         if not os.access(d, os.R_OK | os.X_OK | os.W_OK):
             raise JobError(f"log dir {d} is not readable and writable by this user on the driver")
     return store, dict(broker.properties)
+
+
+# Where the job writes (the report, the numba cache, a split partition's key maps in the scratch dir) must not
+# be in the store: the report would replace a segment, key maps would sit in a partition, and a scratch
+# path in a partition named after it would be removed with them. Paths are compared resolved (symlinks and
+# `..` followed), before anything is written.
+def named_log_dirs(args: argparse.Namespace) -> list[Path]:
+    """The existing log dirs the arguments name, found as ``open_store`` finds them but refusing none: a
+    refusal writes the report too, so its path is checked against these first (a broker file that cannot
+    be read hides its ``log.dirs``; the job then refuses it)."""
+    try:
+        broker: BrokerConfig | None = BrokerConfig.load(configured_broker_file(args.config_file))
+    except KafkaLogError:
+        broker = None
+    found = []
+    for d in configured_log_dirs(args.log_dir, broker):
+        with contextlib.suppress(OSError, RuntimeError):
+            if (path := Path(d).resolve()).is_dir():
+                found.append(path)
+    return found
+
+
+def store_areas(log_dir: Path) -> list[tuple[Path, str]]:
+    """The log dir, and where each of its partition dirs that is a symlink leads (a partition kept on
+    another volume), resolved, each with how to name it."""
+    areas = [(log_dir, f"log dir {log_dir}")]
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(log_dir):
+            if entry.is_symlink() and names.parse_partition_dir_name(entry.name) is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    areas.append((Path(entry.path).resolve(), f"partition dir {entry.path} of log dir {log_dir}"))
+    return areas
+
+
+def outside_log_dirs(option: str, given: Path | str, log_dirs: Sequence[Path]) -> Path:
+    """``given``, resolved, if it neither is nor lies inside nor contains a log dir or a partition dir;
+    else a one-line refusal naming ``option`` and the log dir."""
+    try:
+        path = Path(given).resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+        raise JobError(f"{option} {given} cannot be resolved ({exc})") from None
+    shown = str(given) if path == Path(given) else f"{given} (= {path})"
+    for log_dir in log_dirs:
+        for area, what in store_areas(log_dir):
+            if path == area:
+                where = f"is {what}"
+            elif area in path.parents:
+                where = f"lies inside {what}"
+            elif path in area.parents:
+                where = f"contains {what}"
+            else:
+                continue
+            raise JobError(f"{option} {shown} {where}: the job's own files stay out of the log dirs and their "
+                           "partitions; pass a path outside every log dir, not above one")
+    return path
+
+
+def report_path(args: argparse.Namespace) -> str:
+    """``--report``, checked before anything else: the job writes it even when it refuses to run."""
+    path = outside_log_dirs("--report", args.report, named_log_dirs(args))
+    if path.exists() and not path.is_file():  # the report would take its place (a directory fails at the end)
+        raise JobError(f"--report {args.report} exists and is not a regular file; pass the path of a JSON file")
+    return str(args.report)
+
+
+def job_dirs(args: argparse.Namespace, log_dirs: Sequence[Path]) -> tuple[str, str]:
+    """The numba cache and scratch dirs, as given or beside the first log dir, checked (the probe checks
+    that every executor can write them)."""
+    chosen = []
+    for option, given, default in (("--numba-cache-dir", args.numba_cache_dir, DEFAULT_NUMBA_CACHE),
+                                   ("--scratch-dir", args.scratch_dir, DEFAULT_SCRATCH)):
+        shown = option if given else f"{option} (default)"
+        path = outside_log_dirs(shown, given or log_dirs[0].parent / default, log_dirs)
+        if path.exists() and not path.is_dir():
+            raise JobError(f"{shown} {path} is not a directory")
+        chosen.append(str(path))
+    return chosen[0], chosen[1]
 
 
 # --- driver: Spark -----------------------------------------------------------------------------------------
@@ -296,7 +389,7 @@ class Round:
     ctx: Any = None
     recopy_bytes: int = 0
     maps: list[Doc] = field(default_factory=list)  # the key-map stage's outputs
-    scratch: Any = None  # where its key maps go, of this run and of killed ones; set with its spec
+    scratch: Path | None = None  # where this run's key maps of it go (``ScratchRun.partition``)
     split: bool = False  # a key-map stage of ``spec.parts`` tasks, then a rewrite task per group
     held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -318,10 +411,69 @@ class Round:
                 from kafkalog.maintenance import cleaning_tasks as tasks
                 with contextlib.suppress(OSError):
                     tasks.discard_attempts(self.location)
-                shutil.rmtree(self.scratch, ignore_errors=True)
+            if self.scratch is not None:
+                remove_maps(self.scratch)
             self.held.close()
             self.locked = False
             self.out["finished_at"] = time.time()
+
+
+def remove_maps(directory: Path) -> None:
+    """One run's key maps of one partition: the files a key-map task saves (``MAP_FILE``), then the
+    directory if that left it empty. Anything else there stays; a symlink is not followed."""
+    if directory.is_symlink():
+        return
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:  # none were saved
+        return
+    for entry in entries:
+        if MAP_FILE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+class ScratchRun:
+    """This run's own sub-directory of ``--scratch-dir``, ``kafkalog-run-<random>/``: a split partition's
+    key maps go to ``<it>/<partition dir name>/``. The scratch dir may hold anything, so the job removes
+    there only what its runs made: key-map files (``remove_maps``) and, once empty, their directories;
+    never a tree, never a name made of a partition's alone.
+
+    A run dir's marker is flock-ed while its driver lives (it appears only once locked). A killed run's
+    dir has its marker free: its maps of a partition go once this job holds that partition's cleaner lock
+    (nobody can be using them then), and the dir itself at the end, if nothing else is left in it."""
+
+    def __init__(self, base: Path) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        self.dir = base / f"kafkalog-run-{uuid.uuid4().hex}"
+        self.dir.mkdir()
+        self._marker: IO[str] = open(self.dir / f"{SCRATCH_MARKER}.tmp", "w")  # noqa: SIM115 - held until close
+        fcntl.flock(self._marker, fcntl.LOCK_EX)
+        os.rename(self.dir / f"{SCRATCH_MARKER}.tmp", self.dir / SCRATCH_MARKER)
+        self.killed = [d for d in base.iterdir() if SCRATCH_RUN.fullmatch(d.name) and d != self.dir
+                       and not d.is_symlink() and (d / SCRATCH_MARKER).is_file()]
+
+    def partition(self, name: str) -> Path:
+        """Where this run's key maps of partition dir ``name`` go; killed runs' of it are removed (the
+        caller holds its cleaner lock)."""
+        for killed in self.killed:
+            remove_maps(killed / name)
+        return self.dir / name
+
+    def close(self) -> None:
+        """This run's dir (its partitions' maps went with their rounds) and the killed runs' left empty."""
+        self._marker.close()
+        for d in (self.dir, *self.killed):
+            try:
+                with open(d / SCRATCH_MARKER) as marker:
+                    fcntl.flock(marker, fcntl.LOCK_EX | fcntl.LOCK_NB)  # its driver is gone (or is this one)
+                    if {e.name for e in os.scandir(d)} == {SCRATCH_MARKER}:
+                        os.unlink(d / SCRATCH_MARKER)
+                        d.rmdir()
+            except OSError:  # held by a live run, not empty, or gone
+                continue
 
 
 @dataclass
@@ -334,6 +486,8 @@ class Job:
     run_id: str
     worker: Doc  # what every task needs besides its round: how to open the log dirs as the driver does
     rounds: list[Round] = field(default_factory=list)
+    scratch: ScratchRun | None = None  # made once Spark runs
+    failures: list[Doc] = field(default_factory=list)  # checkpoint resets of partitions the log dirs lack
 
     def live(self) -> list[Round]:
         """The rounds still holding their lock: neither committed nor failed yet."""
@@ -359,9 +513,9 @@ def plan_rounds(sc: Any, store: LogStore, job: Job, split_bytes: int | None, map
     parts as its map needs to fit a task's memory (as given, or half the executor's declared Python memory)."""
     from kafkalog.maintenance import cleaning_tasks as tasks
     from kafkalog.maintenance.cleaner import dirty_segments
+    assert job.scratch is not None
     for r in job.live():
-        r.scratch = Path(job.scratch_dir) / r.name
-        shutil.rmtree(r.scratch, ignore_errors=True)  # killed runs' key maps (the partition's lock is ours now)
+        r.scratch = job.scratch.partition(r.name)  # the partition's lock is ours: killed runs' key maps go
         try:
             r.spec, r.ctx = tasks.plan_round(store, r.location, r.target["first_dirty_offset"],
                                              r.target["first_uncleanable_offset"], now_ms=job.now_ms,
@@ -397,7 +551,7 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
     from kafkalog.maintenance import cleaning_tasks as tasks
     stages: Doc = {}
     live = sorted(job.live(), key=lambda r: -r.recopy_bytes)  # the biggest first
-    first = [item(job, r, "map", part=p, scratch=str(r.scratch / job.run_id)) for r in live if r.split
+    first = [item(job, r, "map", part=p, map=f"map-{p}", scratch=str(r.scratch)) for r in live if r.split
              for p in range(r.spec.parts)]
     first += [item(job, r, "round") for r in live if not r.split]
     outs = run_stage(sc, first, "clean", stages)
@@ -412,7 +566,7 @@ def clean_rounds(sc: Any, job: Job) -> Doc:
     refit = [r for r in split if not tasks.keys_fit(r.ctx, [m for o in r.maps for m in o["maps"]])]
     for r in refit:
         r.spec = replace(r.spec, parts=1)
-    outs = run_stage(sc, [item(job, r, "map", part=0, scratch=str(r.scratch / f"{job.run_id}-whole")) for r in refit],
+    outs = run_stage(sc, [item(job, r, "map", part=0, map="map-whole", scratch=str(r.scratch)) for r in refit],
                      "map-whole", stages)
     second = []
     for r in split:
@@ -486,12 +640,17 @@ def clean_on_spark(args: argparse.Namespace, doc: Doc, store: LogStore, plan: Do
     sc = start_spark(args, job.cache_dir)
     try:
         timings["session_start_s"] = round(time.time() - started, 3)
+        try:
+            job.scratch = ScratchRun(Path(job.scratch_dir))
+        except OSError as exc:
+            raise JobError(f"--scratch-dir {job.scratch_dir}: cannot make this run's directory in it on the driver "
+                           f"({exc}); {SHARED_HINT}") from None
         doc["spark"] = {"master": sc.master, "app_id": sc.applicationId, "default_parallelism": sc.defaultParallelism}
         lock_rounds(store, job)
         started = time.time()
         doc["spark"].update(check_executors(sc, job, args))
         timings["executor_check_s"] = round(time.time() - started, 3)
-        apply_checkpoint_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
+        job.failures += apply_resets(store, plan)  # the first change to the log dirs: nothing was refused before it
         plan_rounds(sc, store, job, args.split_bytes, args.map_memory)
         started = time.time()
         doc["spark"]["stages"] = clean_rounds(sc, job)
@@ -499,10 +658,29 @@ def clean_on_spark(args: argparse.Namespace, doc: Doc, store: LogStore, plan: Do
     finally:
         for r in job.live():  # the driver itself failed (Spark, a bug): the locks still go, recovery does the rest
             r.fail("the job stopped before this partition was committed")
+        if job.scratch is not None:
+            job.scratch.close()
         sc.stop()
 
 
 # --- driver: the run and its report ------------------------------------------------------------------------
+def apply_resets(store: LogStore, plan: Doc) -> list[Doc]:
+    """The plan's checkpoint resets. A reset of a partition the log dirs do not hold (deleted since the
+    plan was made, or a plan made elsewhere) fails that partition, as a selected one does, and the others
+    are applied; returns those failures, for the report."""
+    known, failures = [], []
+    for reset in plan.get("checkpoint_resets") or []:
+        try:
+            store.locate(reset["topic"], reset["partition"])
+            known.append(reset)
+        except (KafkaLogError, OSError) as exc:
+            failures.append({"topic": reset["topic"], "partition": reset["partition"], "ok": False,
+                             "status": "failed", "stage": "checkpoint-reset",
+                             "error": f"checkpoint reset to offset {reset['offset']}: {exc}"})
+    apply_checkpoint_resets(store, {**plan, "checkpoint_resets": known})
+    return failures
+
+
 def totals(partitions: list[Doc]) -> dict[str, int]:
     out = {"partitions": len(partitions), "cleaned": 0, "locked": 0, "failed": 0}
     for p in partitions:
@@ -519,11 +697,9 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
         if plan is not None:
             require_cleaner(store.broker)  # a plan is explicit compaction (--topic is refused by plan_compaction)
         doc["log_dirs"] = log_dirs = [str(d) for d in store.log_dirs]
-        # Beside the first log dir unless given; the probe checks that every executor can write them.
-        beside = store.log_dirs[0].parent
-        doc["numba_cache_dir"] = cache_dir = str(Path(args.numba_cache_dir or beside / DEFAULT_NUMBA_CACHE).resolve())
+        cache_dir, scratch_dir = job_dirs(args, store.log_dirs)
+        doc.update(numba_cache_dir=cache_dir, scratch_dir=scratch_dir)
         os.environ["NUMBA_CACHE_DIR"] = cache_dir  # also for a JVM this process launches, and its workers
-        doc["scratch_dir"] = scratch_dir = str(Path(args.scratch_dir or beside / DEFAULT_SCRATCH).resolve())
         if plan is None:
             plan = plan_compaction(store, now_ms=now_ms, topic=args.topic, byte_budget=args.byte_budget,
                                    partitions=None if args.partition is None else [args.partition])
@@ -542,10 +718,11 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
     if targets:
         clean_on_spark(args, doc, store, plan, job)
     else:  # a cycle with nothing to clean does not pay for a Spark session
-        apply_checkpoint_resets(store, plan)
+        job.failures += apply_resets(store, plan)
     errors = [{"topic": e.get("topic"), "partition": e.get("partition"), "ok": False, "status": "failed",
                "stage": "plan", "error": e.get("error")} for e in plan.get("errors") or [] if isinstance(e, dict)]
-    doc["partitions"] = errors + sorted((r.out for r in job.rounds), key=lambda p: (p["topic"], p["partition"]))
+    doc["partitions"] = errors + job.failures + sorted((r.out for r in job.rounds),
+                                                       key=lambda p: (p["topic"], p["partition"]))
     doc["totals"] = totals(doc["partitions"])
     ok = all(p["ok"] for p in doc["partitions"])
     doc["status"] = "ok" if ok else "partitions-failed"
@@ -557,8 +734,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     doc: Doc = {"version": REPORT_VERSION, "status": "refused", "started_at": t0, "timings": {},
                 "partitions": [], "totals": totals([])}
-    code = EXIT_REFUSED
+    code, report = EXIT_REFUSED, None
     try:
+        report = report_path(args)
         code = run(args, doc, t0)
     except JobError as exc:
         doc["error"] = str(exc)
@@ -568,10 +746,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"compact_logs: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         traceback.print_exc()
     doc["timings"]["total_s"] = round(time.time() - t0, 3)
-    write_json(args.report, doc)
+    if report is not None:
+        write_json(report, doc)
     t = doc["totals"]
     print(f"compact_logs: {doc['status']}: {t['cleaned']} cleaned, {t['locked']} locked, {t['failed']} failed "
-          f"of {t['partitions']} partitions in {doc['timings']['total_s']:.1f} s; report {args.report}")
+          f"of {t['partitions']} partitions in {doc['timings']['total_s']:.1f} s; "
+          f"{f'report {report}' if report else 'no report written'}")
     return code
 
 

@@ -234,8 +234,16 @@ def plan_compaction(store: Any, *, now_ms: int, topic: str | None = None, partit
     }
 
 
+def _is_offset(value: Any) -> bool:
+    """A partition number or an offset: an int of 0 or more (JSON's true and false are not)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def read_compaction_plan(path: Path | str) -> Doc:
-    """A compaction plan file, checked: version, kind, and every selected range well formed and unique."""
+    """A compaction plan file, checked: version, kind, every selected range well formed and unique, and
+    every checkpoint reset a topic, a partition and an offset."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the reader, a device never end
+        raise PlanError(f"{path}: not a regular file; a compaction plan is a JSON file")
     doc = read_plan(path, COMPACTION_PLAN_KIND)
     seen: set[tuple[str, int]] = set()
     for i, entry in enumerate(doc["selected"]):
@@ -253,10 +261,14 @@ def read_compaction_plan(path: Path | str) -> Doc:
         if (topic, partition) in seen:
             raise PlanError(f"{path}: {topic}-{partition} is selected twice")
         seen.add((topic, partition))
-    for i, reset in enumerate(doc.get("checkpoint_resets", [])):
+    resets = doc.get("checkpoint_resets", [])
+    if not isinstance(resets, list):
+        raise PlanError(f"{path}: checkpoint_resets is not a list")
+    for i, reset in enumerate(resets):
         if not isinstance(reset, dict) or not isinstance(reset.get("topic"), str) \
-                or not isinstance(reset.get("partition"), int) or not isinstance(reset.get("offset"), int):
-            raise PlanError(f"{path}: checkpoint_resets[{i}] is not a {{topic, partition, offset}} entry")
+                or not _is_offset(reset.get("partition")) or not _is_offset(reset.get("offset")):
+            raise PlanError(f"{path}: checkpoint_resets[{i}] = {json.dumps(reset)[:200]} is not a {{topic, partition, "
+                            "offset}} entry with a partition and an offset of 0 or more")
     return doc
 
 

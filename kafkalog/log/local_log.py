@@ -2,9 +2,11 @@
 of ``UnifiedLog``).
 
 Opening is Kafka's load (spec §11.2): temporary swap files are resolved, index files without a
-``.log`` removed, segments whose index is missing or fails its sanity check recovered, and the
-unflushed tail (past the recovery point) re-validated and cut at the first invalid batch. A
-read-only open changes nothing: it computes the same view and rebuilds indexes only in memory.
+``.log`` removed, segments whose index is missing or fails its sanity check recovered, the
+unflushed tail (past the recovery point) re-validated and cut at the first invalid batch (what
+follows deleted; a log left ending below its log start offset starts again empty there), and the
+producer snapshots Kafka's load deletes removed. A read-only open changes nothing: it computes the
+same view and rebuilds indexes only in memory.
 
 For this store the high watermark is the durable log end: everything appended and flushed.
 """

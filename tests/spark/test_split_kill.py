@@ -158,9 +158,10 @@ def _huge_path(log_dir: Path) -> list[str]:
     return ["--split-bytes", "1", "--map-memory", str(largest)]
 
 
-def _map_files(scratch: Path, run_id: str) -> list[str]:
-    """The key-map parts the map stage's attempts saved (the driver removes a partition's once it is committed)."""
-    return sorted(p.name for p in scratch.glob(f"*/{run_id}/*.json"))
+def _map_files(scratch: Path) -> list[str]:
+    """The key-map parts the map stage's attempts saved (the driver removes a partition's once it is committed),
+    in the job's own run directory ``kafkalog-run-<random>/<partition>/`` of the scratch dir."""
+    return sorted(p.name for p in scratch.glob("kafkalog-run-*/*/map-*.json"))
 
 
 # --- 1. executors killed mid-stage ----------------------------------------------------------------------
@@ -380,7 +381,7 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
                     if attempt.executor not in jvms:
                         continue
                     kill = _try_kill(moment, attempt, jvms[attempt.executor], watch, log, log_dir,
-                                     _map_files(scratch, run_id), t0)
+                                     _map_files(scratch), t0)
                     if kill is not None:
                         kills.append(kill)
                         print(f"\n{kill.describe()}", flush=True)

@@ -304,16 +304,18 @@ class LocalLog:
 
     def _remove_out_of_range_snapshots(self, notes: list[str]) -> None:
         """Kafka's load on the producer snapshots (``removeStraySnapshots``, then ``truncateAndReload``):
-        the strays go (``names.stray_snapshot_offsets``), then, unread, those at or below the log start
-        offset (their producers' records are all deleted, and a reader no longer sees them) and those
-        past the log end (they describe records that are gone); then the newest is read
-        (``loadFromSnapshot``), and one that cannot be read is deleted for the one before it, so no
-        later reader meets it.
+        the strays go (``names.stray_snapshot_offsets``), then, unread, those below the log start
+        offset (their producers' records are all deleted) and those past the log end (they describe
+        records that are gone); then the newest is read (``loadFromSnapshot``), and one that cannot be
+        read is deleted for the one before it, so no later reader meets it.
 
-        Kafka's load also snapshots the state it rebuilt at the last two segment bases and the log
-        end, its recovery one at each recovered segment's end, and its close one at the log end;
-        kafkalog's load writes none (every kafkalog command loads the log, and each would leave
-        snapshot files of its own): a reader rebuilds the state from the newest snapshot there is."""
+        Kafka's load deletes the one at the log start offset too. kafkalog's keeps it and never reads
+        it (``producer_state_at``), so the state is the same: retention leaves it with the first segment
+        it keeps, and every kafkalog command loads the log, so deleting it would make the first one after
+        each retention, a retried one included, change the log again. Kafka's load also snapshots the
+        state it rebuilt (at the last two segment bases and the log end, and at each recovered segment's
+        end) and its close at the log end; kafkalog's writes none, for the same reason: a reader
+        rebuilds the state from the newest snapshot there is."""
         snapshots = {names.offset_from_file_name(path.name): path
                      for path in self.directory.glob("*" + names.SNAPSHOT_SUFFIX)}
         strays = names.stray_snapshot_offsets(snapshots, {s.base_offset for s in self._segments})
@@ -321,8 +323,8 @@ class LocalLog:
         for offset, path in sorted(snapshots.items()):
             if offset in strays:
                 note = f"stray producer snapshot {path.name} removed"
-            elif offset <= self.log_start_offset:
-                note = f"producer snapshot {path.name} at or below the log start offset removed"
+            elif offset < self.log_start_offset:
+                note = f"producer snapshot {path.name} below the log start offset removed"
             elif offset > end:
                 note = f"producer snapshot {path.name} past the log end removed"
             else:
@@ -331,7 +333,7 @@ class LocalLog:
             path.unlink(missing_ok=True)
             notes.append(note)
         for offset in sorted(snapshots, reverse=True):
-            if self._read_snapshot(snapshots[offset]) is not None:
+            if offset == self.log_start_offset or self._read_snapshot(snapshots[offset]) is not None:
                 break
 
     def _read_snapshot(self, path: Path) -> list[ProducerSnapshotEntry] | None:

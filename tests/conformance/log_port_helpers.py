@@ -60,8 +60,8 @@ def wall_ms() -> int:
 def one_log(log: ScenarioLog) -> Iterator[LocalLog]:
     """Kafka's test keeps one ``UnifiedLog`` object across its steps. Each ``ScenarioLog`` step opens the
     partition and closes it again, a broker stopping and starting in between, and a start (Kafka's
-    load, and kafkalog's) deletes the producer snapshots at or below the log start offset unread: the
-    state the running log held for producers below it is gone. Inside this block every step goes to
+    load, and kafkalog's) reads no producer snapshot at or below the log start offset: the state the
+    running log held for producers below it is gone. Inside this block every step goes to
     one writable open of the partition instead, as Kafka's test runs; a CLI step (another process)
     would wait for its lock."""
     with log.writable() as local:

@@ -334,7 +334,7 @@ def test_log_start_offset_movement_deletes_snapshots(tmp_path: Path) -> None:
     """UnifiedLogTest.testLogStartOffsetMovementDeletesSnapshots: moving the log start offset to the
     log end - 1 deletes the first two segments and, after the delay, their snapshots: one remains, the
     active segment's. Kafka's test never reloads its log, so the steps are one open of it here
-    (``one_log``; the deletion the one retention makes for a log start offset of 2). A load in
+    (``one_log``; the deletion the one retention makes for a log start offset of 2). Kafka's load in
     between would delete that snapshot too, unread: it is at the log start offset."""
     log = ScenarioLog(tmp_path, segment_bytes=2048 * 5, retention_bytes=-1, file_delete_delay_ms=0)
     with one_log(log) as local:

@@ -753,8 +753,8 @@ def test_deleted_files_invisible_and_left_for_the_retention_sweep(tmp_path: Path
 
 def test_a_delete_killed_between_a_segment_and_its_snapshot_leaves_no_stray_snapshot(tmp_path: Path) -> None:
     # A mark killed after renaming segment 1's files but before its snapshot: the next writable open
-    # drops that snapshot as Kafka's loader does (a stray), and the one at the log start offset (2)
-    # unread; it keeps those at later segment bases and one at the log end.
+    # drops that snapshot as Kafka's loader does (a stray), and keeps those at segment bases and one at
+    # the log end (the one at the log start offset, 2, is never read).
     d = partition_dir(tmp_path)
     cfg = config()
     log = LocalLog.open(d, cfg)
@@ -774,11 +774,10 @@ def test_a_delete_killed_between_a_segment_and_its_snapshot_leaves_no_stray_snap
     assert bases(ro) == [2, 3] and len(list(d.glob("*.snapshot"))) == 5  # a reader changes nothing
     log = LocalLog.open(d, cfg, log_start_offset=2)
     assert bases(log) == [2, 3]
-    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [3, 4]
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [2, 3, 4]
     assert [n for n in log.load_report.notes if "snapshot" in n] == [
         "stray producer snapshot 00000000000000000000.snapshot removed",
-        "stray producer snapshot 00000000000000000001.snapshot removed",
-        "producer snapshot 00000000000000000002.snapshot at or below the log start offset removed"]
+        "stray producer snapshot 00000000000000000001.snapshot removed"]
     assert (d / "00000000000000000001.log.deleted").exists()  # the sweep's to delete, not the loader's
 
 
@@ -824,11 +823,12 @@ def test_every_corrupt_snapshot_down_to_a_readable_one_is_deleted(tmp_path: Path
     assert sorted(log.producer_state().producers) == [1, 2, 3]
 
 
-def test_snapshots_at_or_below_the_log_start_offset_are_deleted_unread(tmp_path: Path) -> None:
-    """Kafka's ``truncateAndReload``: with the log start offset at 2 the snapshots at 1 and 2 go unread
-    (a damaged one too) and producer state is rebuilt from the log start: producers 1 and 2, whose
-    batches are all below it, are forgotten. A reader sees the same state and changes nothing; a
-    snapshot above the log start offset is still read (producer 1 stays known through the one at 3)."""
+def test_snapshots_at_or_below_the_log_start_offset_are_never_read(tmp_path: Path) -> None:
+    """Kafka's ``truncateAndReload``: with the log start offset at 2 the snapshots at 1 and 2 are not
+    read (a damaged one neither) and producer state is rebuilt from the log start: producers 1 and 2,
+    whose batches are all below it, are forgotten. A writable open deletes the one below the log start
+    offset and keeps the one at it, which retention keeps; a reader sees the same state and changes
+    nothing. A snapshot above the log start offset is still read (producer 1 known through it)."""
     d = partition_dir(tmp_path)
     _three_producers_in_three_segments(d)
     names.snapshot_file(d, 1).write_bytes(b"\0" * 10)
@@ -842,8 +842,11 @@ def test_snapshots_at_or_below_the_log_start_offset_are_deleted_unread(tmp_path:
     assert sorted(log.producer_state().producers) == [3]
     assert not [n for n in log.load_report.notes if "corrupt" in n]
     assert [n for n in log.load_report.notes if "log start" in n] == [
-        f"producer snapshot {names.snapshot_file(d, o).name} at or below the log start offset removed" for o in (1, 2)]
-    assert list(d.glob("*.snapshot")) == []
+        f"producer snapshot {names.snapshot_file(d, 1).name} below the log start offset removed"]
+    assert sorted(int(p.name[:20]) for p in d.glob("*.snapshot")) == [2]
+    before = dir_digest(d)
+    LocalLog.open(d, config(), log_start_offset=2, recovery_point=3).close()
+    assert dir_digest(d) == before, "a second writable open changes nothing more"
 
 
 def test_a_snapshot_past_the_log_end_is_deleted_by_a_writable_open(tmp_path: Path) -> None:

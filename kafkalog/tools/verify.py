@@ -213,7 +213,9 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
                                    f"{int(bases[j])}, not after the previous batch's last offset {int(before[j])} "
                                    "(`kafkalog recover --full` truncates the log there)")
         if len(records):
-            inside = records.offset - bases[records.batch_index]
+            # A legacy compressed wrapper's offset is its last record's (Kafka's wrapper header), so
+            # its inner records lie below it; a v2 batch's lie from its base offset on.
+            inside = np.where(batches.magic[records.batch_index] >= 2, records.offset - bases[records.batch_index], 0)
             beyond = records.offset > lasts[records.batch_index]
             same_batch = records.batch_index[1:] == records.batch_index[:-1]
             not_increasing = same_batch & (np.diff(records.offset) <= 0)

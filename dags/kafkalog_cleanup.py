@@ -13,7 +13,6 @@ import os
 from typing import Any
 
 from airflow.sdk import TriggerRule, dag, task
-from airflow.sdk.exceptions import AirflowFailException
 
 from kafkalog.log.config import BrokerConfig
 from kafkalog.pipeline import cycle
@@ -22,8 +21,10 @@ from kafkalog.pipeline.operators import (
     WaitFileDeleteDelayOperator,
     cycle_params,
     cycle_settings,
-    failed_tasks,
+    failing_fast,
     maintenance_task,
+    report_run,
+    require_scan,
     run_dir,
 )
 
@@ -35,8 +36,8 @@ DEFAULT_ARGS = {
     "owner": "kafkalog",
     "retries": 3,
     "retry_delay": datetime.timedelta(seconds=20),
-    "retry_exponential_backoff": 2.0,  # a multiplier in Airflow 3: 20 s, 40 s, 80 s ...
-    "max_retry_delay": datetime.timedelta(minutes=10),
+    "retry_exponential_backoff": 2.0,  # a multiplier in Airflow 3: 20 s, 40 s, 80 s ... (transient errors only:
+    "max_retry_delay": datetime.timedelta(minutes=10),  # bad input fails a task at once, see failing_fast)
     "execution_timeout": datetime.timedelta(hours=1),
 }
 
@@ -54,12 +55,18 @@ DEFAULT_ARGS = {
 **Tasks.** `scan_partitions` resolves interrupted swaps and topic deletions and splits the partitions
 into shards by bytes. Per shard, `plan_retention` writes Kafka's `deleteOldSegments` decisions to a
 plan file and `mark_deleted` applies *that* plan (phase one: `.deleted`, log start offsets).
-`wait_file_delete_delay` defers on the wall clock until the newest mark plus the largest
-`file.delete.delay.ms` (no worker slot is held); `delete_marked` then deletes what is due, this run's
-and earlier runs' marks and deleted topics' `-delete` dirs. `select_dirtiest_logs` writes the cleaner
-manager's choice as a compaction plan once retention has set this cycle's log start offsets, and
-`compact` runs the Spark job on it (skipped when nothing is due); compaction never waits for the
-delete delay. `report` always runs, and fails naming every partition that failed anywhere.
+`wait_file_delete_delay` defers on the wall clock until this run's marks are due (mark time plus the
+topic's `file.delete.delay.ms`; no worker slot is held), never longer than the cycle's interval: marks
+due later are deleted by a later cycle. `delete_marked` then deletes what is due, this run's and earlier
+runs' marks and deleted topics' `-delete` dirs. `select_dirtiest_logs` writes the cleaner manager's
+choice as a compaction plan once retention has set this cycle's log start offsets (a dry run also reads
+what the compaction would read, and names the partitions it would fail on), and `compact` runs the
+Spark job on it (skipped when nothing is due); compaction never waits for the delete delay; a partition
+another cleaner holds is skipped, as Kafka's cleaner skips a log in progress. `report` always runs, and
+fails naming every partition and task that failed anywhere, with the cause.
+
+**Failures.** Bad input (a log dir, the broker file, a param, a topic) fails its task at once, with the
+error, and the tasks that need the scan are skipped; I/O errors and held locks are retried with backoff.
 
 **Clock.** The end of the run's data interval (a backfilled run decides what was due at its date),
 never later than the wall clock. Grace periods promised to readers run on the wall clock.
@@ -69,7 +76,8 @@ def kafkalog_cleanup() -> None:
     @task
     def scan_partitions(**context: Any) -> list[dict[str, Any]]:
         """Recover interrupted swaps and topic deletions, inventory the log dirs, shard them by bytes."""
-        result = cycle.scan_partitions(run_dir(context), cycle_settings(context))
+        with failing_fast(context):  # bad log dirs, broker file or params fail here at once, named
+            result = cycle.scan_partitions(run_dir(context), cycle_settings(context))
         print(f"{result['partitions']} partitions, {result['bytes']} bytes in {len(result['shards'])} shards at "
               f"now_ms={result['now_ms']}; recovered {result['recovered'] or 'nothing'}")
         shards: list[dict[str, Any]] = result["shards"]
@@ -95,6 +103,7 @@ def kafkalog_cleanup() -> None:
     @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
     def delete_marked(**context: Any) -> dict[str, Any]:
         """Delete .deleted files and -delete dirs whose file.delete.delay.ms has passed (wall clock)."""
+        require_scan(context)
         result = cycle.delete_marked(run_dir(context))
         print(f"deleted {result['deleted_files']} files ({result['deleted_bytes']} bytes) and "
               f"{result['deleted_dirs']} topic dirs; {result['waiting_files']} files wait, next due at "
@@ -104,25 +113,17 @@ def kafkalog_cleanup() -> None:
     @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
     def select_dirtiest_logs(**context: Any) -> dict[str, Any]:
         """The cleaner manager's choice (dirty ratio, compaction lags) as the cycle's compaction plan."""
+        require_scan(context)
         result = cycle.select_logs_to_clean(run_dir(context))
         print(f"{result['selected']} logs selected ({result['cleanable_bytes']} cleanable bytes); "
-              f"plan {result['plan']}")
+              f"plan {result['plan']}{'; a dry run: the compaction would fail in ' if result['would_fail'] else ''}"
+              f"{result['would_fail'] or ''}{' partitions' if result['would_fail'] else ''}")
         return result
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def report(**context: Any) -> dict[str, Any]:
-        """The cycle's summary; fails naming each partition that failed anywhere in the cycle."""
-        directory = run_dir(context)
-        summary = cycle.summarize(directory)
-        for line in cycle.format_report(summary):
-            print(line)
-        cycle.prune_run_dirs(directory)
-        tasks = failed_tasks(context)
-        if summary["failed"] or tasks:
-            names = sorted({f"{f['topic']}-{f['partition']}" if f.get("partition") is not None else str(f["topic"])
-                            for f in summary["failed"]})
-            raise AirflowFailException(f"the cycle failed in partitions {', '.join(names) or '-'} and tasks "
-                                       f"{', '.join(tasks) or '-'} (the other partitions were maintained)")
+        """The cycle's summary; fails naming each partition and task that failed anywhere, with the cause."""
+        summary = report_run(context, subject="the cycle", first_task="scan_partitions", prune=True)
         return {k: summary[k] for k in ("now_ms", "dry_run", "partitions", "retention", "deletion")}
 
     scan = scan_partitions()

@@ -5,7 +5,9 @@ As Kafka's cleaner would, it never touches the active segment, never cleans past
 offset, and leaves records younger than ``min.compaction.lag.ms`` alone. A topic that is not
 compacted (``cleanup.policy`` without ``compact``) is refused by ``plan_compaction``, and so is any
 topic while the broker file runs no log cleaner (``log.cleaner.enable=false`` or
-``log.cleaner.threads=0``).
+``log.cleaner.threads=0``): like every bad input (an unknown topic or partition, a bad log dir or
+broker file), at once, without retries, and the report says why. A partition another cleaner is
+cleaning is skipped, and the report says so.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import datetime
 from typing import Any
 
 from airflow.sdk import Param, TriggerRule, dag, task
-from airflow.sdk.exceptions import AirflowFailException
 
 from kafkalog.pipeline import cycle
 from kafkalog.pipeline.operators import (
@@ -22,8 +23,8 @@ from kafkalog.pipeline.operators import (
     CompactLogsOperator,
     cycle_params,
     cycle_settings,
-    failed_tasks,
     maintenance_task,
+    report_run,
     run_dir,
 )
 
@@ -38,7 +39,7 @@ from kafkalog.pipeline.operators import (
                   "execution_timeout": datetime.timedelta(hours=1)},
     params=cycle_params(
         topic=Param("", type="string", pattern=TOPIC_PATTERN, description="The compacted topic to compact now."),
-        partitions=Param(None, type=["null", "array"], items={"type": "integer", "minimum": 0},
+        partitions=Param(None, type=["null", "array"], uniqueItems=True, items={"type": "integer", "minimum": 0},
                          description="Only these partitions (default: every partition of the topic)."),
     ),
     tags=["kafkalog", "kafka", "maintenance"],
@@ -58,15 +59,8 @@ def kafkalog_compact() -> None:
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def report(**context: Any) -> dict[str, Any]:
-        """What was compacted; fails naming each partition that failed."""
-        summary = cycle.summarize(run_dir(context))
-        for line in cycle.format_report(summary):
-            print(line)
-        tasks = failed_tasks(context)
-        if summary["failed"] or tasks:
-            names = sorted(f"{f['topic']}-{f['partition']}" for f in summary["failed"])
-            raise AirflowFailException(f"compaction failed in partitions {', '.join(names) or '-'} and tasks "
-                                       f"{', '.join(tasks) or '-'}")
+        """What was compacted; fails naming each partition and task that failed, with the cause."""
+        summary = report_run(context, subject="compaction", first_task="plan_compaction")
         compaction: dict[str, Any] = summary["compaction"]
         return compaction
 

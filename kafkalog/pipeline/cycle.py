@@ -21,17 +21,19 @@ clock; grace periods promised to readers run on the wall clock.
 
 from __future__ import annotations
 
+import datetime
+import errno
 import heapq
 import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kafkalog.errors import KafkaLogError
+from kafkalog.errors import ConfigError, KafkaLogError, LogDirError, LogLockedError
 from kafkalog.pipeline import plans
 from kafkalog.pipeline.plans import Doc, read_json, write_json
 
@@ -43,8 +45,48 @@ MAX_SHARDS = 32
 KEEP_RUN_DIRS_S = 7 * 86_400  # run dirs (plans and results, for audit) older than this are removed
 
 
+# OS errors that a retry meets again: an I/O error, a full disk or a stale handle may pass; a path that
+# is missing, of the wrong kind, a symlink loop or not permitted needs someone to change something.
+TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.ESTALE, errno.ETIMEDOUT, errno.EAGAIN,
+                              errno.EINTR, errno.EBUSY, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.ENOLCK,
+                              errno.ECONNRESET, errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH})
+PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM,
+                         errno.EROFS})
+
+
+def permanent_error(exc: BaseException) -> bool:
+    """Whether a retry would fail the same way, so a task should fail at once and say why.
+
+    Every kafkalog error is bad input, configuration or data (``ConfigError``, ``LogDirError``,
+    ``InvalidTopicError``, a corrupt batch, an unreadable plan, …) unless another process holds a lock
+    (``LogLockedError``) or the error wraps an I/O error that may pass (``TRANSIENT_ERRNOS``). A bare
+    ``OSError`` is transient unless its path is the wrong kind of thing (``PATH_ERRNOS``); anything else
+    (Spark, the network, a bug) keeps Airflow's retries."""
+    if isinstance(exc, LogLockedError):
+        return False
+    if isinstance(exc, KafkaLogError):
+        inner = exc.__cause__ or exc.__context__
+        if isinstance(inner, LogLockedError):
+            return False
+        return not (isinstance(inner, OSError) and inner.errno in TRANSIENT_ERRNOS)
+    if isinstance(exc, OSError):
+        return exc.errno in PATH_ERRNOS
+    return False
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a report: kafkalog's messages name the file, key and value; others get their type."""
+    return str(exc) if isinstance(exc, KafkaLogError) else f"{type(exc).__name__}: {exc}"
+
+
 def wall_clock_ms() -> int:
     return int(time.time() * 1000)
+
+
+def format_ms(ms: int) -> str:
+    """A wall-clock moment for a person, with the number a tool reads."""
+    moment = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).isoformat(timespec="seconds")
+    return f"{moment} ({ms} ms)"
 
 
 @dataclass(frozen=True)
@@ -61,12 +103,13 @@ class CycleSettings:
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
-            raise KafkaLogError("no log directory given: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in "
-                                "the broker file")
+            raise ConfigError("no log directory given: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in "
+                              "the broker file")
         if self.now_ms < 0:
-            raise KafkaLogError(f"the cycle's clock {self.now_ms} must not be negative")
+            raise ConfigError(f"the cycle's clock {self.now_ms} must not be negative")
         if self.wall_now_ms is not None and self.wall_now_ms < self.now_ms:
-            raise KafkaLogError(f"wall_now_ms {self.wall_now_ms} is before the cycle's clock {self.now_ms}")
+            raise ConfigError(f"wall_now_ms {self.wall_now_ms} is before the cycle's clock {self.now_ms}: it pins the "
+                              "wall clock, which is never earlier than the cycle's (milliseconds since the epoch)")
 
     def to_json(self) -> Doc:
         return {"version": 1, **asdict(self)}
@@ -81,7 +124,18 @@ class CycleSettings:
         from kafkalog.log.config import BrokerConfig
         from kafkalog.log.store import LogStore
 
+        for log_dir in self.log_dirs:
+            resolve_log_dir(log_dir)
         return LogStore([Path(d) for d in self.log_dirs], BrokerConfig.load(self.config_file))
+
+
+def resolve_log_dir(log_dir: str) -> Path:
+    """A log dir as the store resolves it, refused (``LogDirError``) where it cannot be one: a symlink
+    loop, or the file system root (whose every directory would be taken for a partition)."""
+    resolved = _resolved(Path(log_dir), f"log directory {log_dir}")
+    if resolved == Path(resolved.anchor):
+        raise LogDirError(f"log directory {log_dir} is the file system root: a log dir is a directory of its own")
+    return resolved
 
 
 def cycle_clock_ms(logical_ms: int | None, wall_ms: int | None = None) -> int:
@@ -92,9 +146,39 @@ def cycle_clock_ms(logical_ms: int | None, wall_ms: int | None = None) -> int:
 
 def run_dir_for(state_dir: Path | str | None, log_dirs: Sequence[str], dag_id: str, run_id: str) -> Path:
     """Where a run keeps its files: ``<state dir>/<dag id>/<run id>``; the state dir defaults to
-    ``.kafkalog-pipeline`` beside the first log dir, so every worker that sees the logs sees it."""
-    base = Path(state_dir) if state_dir else Path(log_dirs[0]).resolve().parent / DEFAULT_STATE_DIR
+    ``.kafkalog-pipeline`` beside the first log dir, so every worker that sees the logs sees it.
+
+    Refused (``ConfigError``) unless the state dir is a place of its own that this user can write: not
+    the file system root or a directory in it (a log dir ``/data`` would put it at ``/.kafkalog-pipeline``;
+    set ``KAFKALOG_PIPELINE_DIR`` then), not inside a log dir, not a file."""
+    if state_dir:
+        base = Path(state_dir)
+        if not base.is_absolute():
+            raise ConfigError(f"KAFKALOG_PIPELINE_DIR={state_dir} must be an absolute path (every worker finds it)")
+        base = _resolved(base, "KAFKALOG_PIPELINE_DIR")
+        named = f"KAFKALOG_PIPELINE_DIR={state_dir}"
+    else:
+        base = resolve_log_dir(log_dirs[0]).parent / DEFAULT_STATE_DIR
+        named = f"the run dir {base} (beside log dir {log_dirs[0]})"
+    if base.parent == Path(base.anchor) or base == Path(base.anchor):
+        raise ConfigError(f"{named} would be at the file system root: set KAFKALOG_PIPELINE_DIR to a directory of "
+                          "the pipeline's own that every worker sees")
+    for log_dir in log_dirs:
+        inside = _resolved(Path(log_dir), f"log directory {log_dir}")
+        if base == inside or inside in base.parents:
+            raise ConfigError(f"{named} is inside log directory {log_dir}: its files would be taken for the "
+                              "log's; set KAFKALOG_PIPELINE_DIR to a directory outside every log dir")
+    existing = next(p for p in (base, *base.parents) if os.path.lexists(p))
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{named}: {existing} is not a directory this user can write")
     return base / _safe(dag_id) / _safe(run_id)
+
+
+def _resolved(path: Path, what: str) -> Path:
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
+        raise LogDirError(f"{what} cannot be resolved ({exc})") from None
 
 
 def _safe(name: str) -> str:
@@ -125,7 +209,9 @@ class PartitionInventory:
 
 
 def start_cycle(run_dir: Path | str, settings: CycleSettings) -> Path:
-    """Make the run dir and fix the cycle's settings and clock in it (a retry keeps the first clock)."""
+    """Make the run dir and fix the cycle's settings and clock in it (a retry keeps the first clock).
+    The log dirs and the broker file are checked first: bad ones fail here, before anything is written."""
+    settings.store()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if (run_dir / CYCLE_FILE).exists():
@@ -262,12 +348,14 @@ def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
     return {**doc, "errors": len(doc["errors"])}
 
 
-def mark_shard(run_dir: Path | str, plan_path: Path | str) -> Doc:
-    """Apply one shard's retention plan: phase one of the two-phase delete."""
+def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: float = 30.0) -> Doc:
+    """Apply one shard's retention plan: phase one of the two-phase delete. A partition whose lock
+    another process holds past ``lock_timeout_s`` is skipped (and said so); a later cycle marks it."""
     settings = load_settings(run_dir)
     plan = plans.read_plan(plan_path, plans.RETENTION_PLAN_KIND)
     shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
-    applied = plans.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run)
+    applied = plans.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
+                                         lock_timeout_s=lock_timeout_s)
     changes: dict[str, Doc] = {}
     for entry in applied["applied"]:
         topic = changes.setdefault(entry["topic"], {"segments_deleted": 0, "bytes_deleted": 0, "log_start_offsets": {}})
@@ -282,11 +370,40 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str) -> Doc:
 def file_delete_deadline_ms(run_dir: Path | str) -> int | None:
     """When this run's marks are all due: its newest mark plus the largest delay involved (None when
     it marked nothing)."""
-    marks = [read_json(p) for p in sorted((Path(run_dir) / "results").glob("mark_deleted-*.json"))]
-    done = [m for m in marks if m.get("newest_mark_ms") is not None]
-    if not done:
-        return None
-    return max(int(m["newest_mark_ms"]) for m in done) + max(int(m["file_delete_delay_ms"]) for m in done)
+    dues = _mark_dues(run_dir)
+    return max(dues) if dues else None
+
+
+def _mark_dues(run_dir: Path | str) -> list[int]:
+    """When each partition this run marked is due for deletion (its mark time + its topic's delay)."""
+    dues: list[int] = []
+    for path in sorted((Path(run_dir) / "results").glob("mark_deleted-*.json")):
+        mark = read_json(path)
+        if mark.get("newest_mark_ms") is None:
+            continue
+        fallback = int(mark["newest_mark_ms"]) + int(mark["file_delete_delay_ms"])  # a result without due_ms
+        dues += [int(a.get("due_ms", fallback)) for a in mark["applied"] if a.get("marked_files")]
+    return dues
+
+
+def file_delete_wait(run_dir: Path | str, *, wall_now_ms: int) -> Doc:
+    """How long this cycle waits before ``delete_marked``: until every mark of this run that falls due
+    within the cycle's interval (``log.retention.check.interval.ms``) is due, never longer. Marks due
+    later (a long ``file.delete.delay.ms``) are deleted by a later cycle, as Kafka deletes ``.deleted``
+    files on a schedule of their own: one topic's day-long delay never holds every topic's cycle open.
+
+    Returns ``until_ms`` (None: no wait), ``interval_ms``, and the marks left to later cycles
+    (``later``: how many partitions, ``next_due_ms``: the first of them)."""
+    from kafkalog.log.config import BrokerConfig
+
+    settings = load_settings(run_dir)
+    interval_ms = BrokerConfig.load(settings.config_file).log_retention_check_interval_ms
+    dues = _mark_dues(run_dir)
+    now = [d for d in dues if d <= wall_now_ms + interval_ms]
+    later = [d for d in dues if d > wall_now_ms + interval_ms]
+    until = max(now) if now and max(now) > wall_now_ms else None
+    return {"until_ms": until, "interval_ms": interval_ms, "later": len(later),
+            "next_due_ms": min(later) if later else None}
 
 
 def delete_marked(run_dir: Path | str) -> Doc:
@@ -323,19 +440,23 @@ def delete_marked(run_dir: Path | str) -> Doc:
 def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
                          partitions: Sequence[int] | None = None) -> Doc:
     """The cleaner manager's choice at the cycle's clock (or, with ``topic``, that topic's cleanable
-    ranges whatever their dirty ratio), written as the cycle's compaction plan."""
+    ranges whatever their dirty ratio), written as the cycle's compaction plan. A dry run also reads
+    what the compaction would read, as it would (``plans.check_compaction_plan``), and lists the
+    partitions it would fail on (``would_fail``): a dry run tells what the real run would do."""
     settings = load_settings(run_dir)
-    plan = plans.plan_compaction(settings.store(), now_ms=settings.now_ms, topic=topic, partitions=partitions,
+    store = settings.store()
+    plan = plans.plan_compaction(store, now_ms=settings.now_ms, topic=topic, partitions=partitions,
                                  among_topics=settings.topics)
     path = Path(run_dir) / "compaction-plan.json"
     write_json(path, plan)
+    would_fail = plans.check_compaction_plan(store, plan, wall_now_ms=settings.wall_now_ms) if settings.dry_run else []
     doc = {"plan": str(path), "selected": len(plan["selected"]),
            "cleanable_bytes": sum(s["cleanable_bytes"] for s in plan["selected"]),
-           "checkpoint_resets": len(plan["checkpoint_resets"]), "errors": plan["errors"],
+           "checkpoint_resets": len(plan["checkpoint_resets"]), "errors": plan["errors"], "would_fail": would_fail,
            "dry_run": settings.dry_run, "wall_now_ms": settings.wall_now_ms,
            "topics_read": sorted({s["topic"] for s in plan["selected"]})}
     _save(run_dir, "select_logs_to_clean", doc)
-    return {**doc, "errors": len(plan["errors"])}
+    return {**doc, "errors": len(plan["errors"]), "would_fail": len(would_fail)}
 
 
 def compaction_report_path(run_dir: Path | str) -> Path:
@@ -357,18 +478,23 @@ def compaction_changes(report: Doc) -> dict[str, Doc]:
 
 
 # --- report --------------------------------------------------------------------------------------------
-def summarize(run_dir: Path | str) -> Doc:
+def summarize(run_dir: Path | str | None) -> Doc:
     """The cycle's report from the results in its run dir: what was deleted and compacted, why the
-    rest waits, and every partition that failed anywhere in the cycle (``failed``)."""
-    run_dir = Path(run_dir)
-    results = {p.stem: read_json(p) for p in sorted((run_dir / "results").glob("*.json"))}
+    rest waits, every partition that failed anywhere in the cycle (``failed``) and every one skipped
+    because another process held it (``skipped``). ``None``: the run dir could not even be found (bad
+    log dirs): the empty report, which the failed tasks' errors explain."""
+    found = None if run_dir is None else Path(run_dir)
+    results = {} if found is None else {p.stem: read_json(p) for p in sorted((found / "results").glob("*.json"))}
     scan = results.get("scan_partitions", {})
     shards = [s["shard"] for s in scan.get("shards", [])]
     failed: list[Doc] = []
+    skipped: list[Doc] = []  # partitions another process held locked: Kafka skips a log in progress too
     missing: list[str] = []
 
     def step_errors(step: str, doc: Doc) -> None:
-        failed.extend({"step": step, **e} for e in doc.get("errors", []))
+        for e in doc.get("errors", []):
+            (skipped if e.get("locked") else failed).append({"step": step, **{k: v for k, v in e.items()
+                                                                              if k != "locked"}})
 
     if scan:
         step_errors("scan_partitions", scan)
@@ -383,21 +509,27 @@ def summarize(run_dir: Path | str) -> Doc:
                 marks.append(doc)
             step_errors(step, doc)
     compaction: Doc = {}
-    report_path = compaction_report_path(run_dir)
-    if report_path.exists():
+    if found is not None and compaction_report_path(found).exists():
+        report_path = compaction_report_path(found)
         compaction = read_json(report_path)
-        failed += [{"step": "compact", "topic": p["topic"], "partition": p["partition"], "error": p.get("error")}
-                   for p in compaction.get("partitions", []) if not p.get("ok")]
+        for p in compaction.get("partitions", []):
+            if not p.get("ok"):
+                (skipped if p.get("status") == "locked" else failed).append(
+                    {"step": "compact", "topic": p["topic"], "partition": p["partition"], "error": p.get("error")})
         if compaction.get("status") in ("refused", "spark-failed"):
             failed.append({"step": "compact", "topic": None, "partition": None, "error": compaction.get("error")})
     selection = results.get("select_logs_to_clean", {})
     step_errors("select_logs_to_clean", selection)
+    failed += [{"step": "compact (dry run)", **e, "error": f"the compaction would fail: {e['error']}"}
+               for e in selection.get("would_fail", [])]
     deleted = results.get("delete_marked", {})
     step_errors("delete_marked", deleted)
-    plan = read_json(run_dir / "compaction-plan.json") if (run_dir / "compaction-plan.json").exists() else {}
-    waiting = _why_waiting(run_dir, shards, plan)
+    plan_path = None if found is None else found / "compaction-plan.json"
+    plan = read_json(plan_path) if plan_path is not None and plan_path.exists() else {}
+    waiting = {} if found is None else _why_waiting(found, shards, plan)
     return {
-        "run_dir": str(run_dir), "now_ms": scan.get("now_ms"), "dry_run": scan.get("dry_run", False),
+        "run_dir": None if found is None else str(found), "now_ms": scan.get("now_ms"),
+        "dry_run": scan.get("dry_run", False),
         "partitions": scan.get("partitions", 0), "bytes": scan.get("bytes", 0),
         "recovered": scan.get("recovered", []), "topic_deletes_finished": scan.get("topic_deletes_finished", []),
         "retention": {"segments_marked": sum(m["segments"] for m in marks),
@@ -410,7 +542,7 @@ def summarize(run_dir: Path | str) -> Doc:
                        "cleaned": [f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
                                    if p.get("status") == "cleaned"],
                        "topics": compaction_changes(compaction)},
-        "waiting": waiting, "failed": failed, "missing_results": missing,
+        "waiting": waiting, "failed": failed, "skipped": skipped, "missing_results": missing,
     }
 
 
@@ -438,9 +570,11 @@ def format_report(summary: Doc) -> list[str]:
     verb = "would mark" if summary["dry_run"] else "marked"
     lines.append(f"retention: {verb} {r['segments_marked']} segments ({r['bytes_marked']} bytes) deleted in "
                  f"{len(r['partitions'])} partitions: {', '.join(r['partitions']) or '-'}")
+    due = "" if d["next_due_ms"] is None else \
+        f", the first due at {format_ms(d['next_due_ms'])}: a later cycle deletes them"
     lines.append(f"deletion: {d['files_deleted']} files ({d['bytes_freed']} bytes) deleted, "
                  f"{len(d['dirs_deleted'])} deleted-topic dirs removed, {d['files_waiting']} files wait for "
-                 f"file.delete.delay.ms (next due at {d['next_due_ms']})")
+                 f"file.delete.delay.ms{due}")
     lines.append(f"compaction: selected {', '.join(c['selected']) or 'nothing'}; "
                  f"cleaned {', '.join(c['cleaned']) or '-'}")
     for topic, change in sorted(c["topics"].items()):
@@ -448,12 +582,46 @@ def format_report(summary: Doc) -> list[str]:
                      f"from {change['partitions_compacted']} partitions")
     for partition, reasons in summary["waiting"].items():
         lines.append(f"waiting {partition}: {'; '.join(reasons)}")
+    for f in summary.get("skipped", []):
+        lines.append(f"SKIPPED {_where(f)} in {f['step']}: {f['error']}; a later cycle does it")
     for f in summary["failed"]:
-        where = f"{f['topic']}-{f['partition']}" if f.get("partition") is not None else (f.get("topic") or "cycle")
-        lines.append(f"FAILED {where} in {f['step']}: {f['error']}")
+        lines.append(f"FAILED {_where(f)} in {f['step']}: {f['error']}")
     for m in summary["missing_results"]:
         lines.append(f"FAILED task {m} left no result (see its log)")
     return lines
+
+
+def _where(failure: Mapping[str, Any]) -> str:
+    if failure.get("partition") is not None:
+        return f"{failure['topic']}-{failure['partition']}"
+    return str(failure.get("topic") or "cycle")
+
+
+def failure_message(summary: Doc, tasks: Mapping[str, str | None], *, subject: str, started: bool,
+                    causes_shown: int = 5) -> str | None:
+    """Why a run failed, in one line for the failed ``report`` task (None: it did not fail). ``tasks``:
+    each failed task with its error (None: it could not run because an upstream task failed);
+    ``started``: the run's first task succeeded, so partitions were looked at. Names every failed
+    partition and task, and the causes (the first ``causes_shown``; the report's log has all)."""
+    failed, errors = summary["failed"], {t: e for t, e in tasks.items() if e is not None}
+    if not failed and not tasks:
+        return None
+    if not started:
+        causes = "; ".join(f"{task} failed: {error}" for task, error in errors.items()) or \
+            f"{', '.join(tasks)} did not run"
+        return f"nothing was maintained: {causes}"
+    names = sorted({_where(f) for f in failed})
+    looked_at = summary.get("partitions") or len(summary["compaction"]["selected"])
+    others = " (a dry run: nothing was changed)" if summary.get("dry_run") else \
+        " (the other partitions were maintained)" if len(names) < looked_at else \
+        " (no partition was maintained)" if names else ""
+    causes_list = [f"{_where(f)} in {f['step']}: {f['error']}" for f in failed] + \
+        [f"{task}: {error}" for task, error in errors.items()]
+    causes = "; ".join(causes_list[:causes_shown])
+    if len(causes_list) > causes_shown:
+        causes += f"; and {len(causes_list) - causes_shown} more (see the report above)"
+    return f"{subject} failed in partitions {', '.join(names) or '-'} and tasks {', '.join(tasks) or '-'}" \
+           f"{others}: {causes}"
 
 
 def prune_run_dirs(run_dir: Path | str, *, keep_s: int = KEEP_RUN_DIRS_S, now_s: float | None = None) -> list[str]:

@@ -13,9 +13,11 @@ Importing this module imports Airflow, never numba or pyspark: DAG files import 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import Asset, AssetAlias, BaseOperator, Context, Param
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from kafkalog.pipeline import lineage
 from kafkalog.pipeline.cycle import (
@@ -31,8 +33,13 @@ from kafkalog.pipeline.cycle import (
     compaction_changes,
     compaction_report_path,
     cycle_clock_ms,
-    file_delete_deadline_ms,
+    describe_error,
+    failure_message,
+    file_delete_wait,
+    format_ms,
+    permanent_error,
     run_dir_for,
+    summarize,
     wall_clock_ms,
 )
 
@@ -40,6 +47,12 @@ STATE_DIR_ENV = "KAFKALOG_PIPELINE_DIR"  # where run dirs go (default: beside th
 SPARK_CONN_ID = "spark_default"
 TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
 WAIT_SLACK = datetime.timedelta(minutes=10)  # how long past its moment a wait may take before it fails
+ERROR_XCOM_KEY = "kafkalog_error"  # a failed task's error, for the report task to name the cause
+MAX_ERROR_CHARS = 2000  # of it (a spark-submit failure quotes its whole command line)
+SCAN_TASK = "scan_partitions"
+# Wall clocks in milliseconds since the epoch have 13 digits (2001-09-09 to 2286-11-20): fewer is a time
+# in seconds or a small number, more one in microseconds.
+EPOCH_MS_MIN, EPOCH_MS_MAX = 10**12, 10**13 - 1
 
 
 def _env_list(name: str) -> list[str]:
@@ -52,26 +65,33 @@ def _log_dirs(params: Mapping[str, Any]) -> list[str]:
     from kafkalog.log.config import BrokerConfig
     from kafkalog.log.store import configured_broker_file, configured_log_dirs
 
+    given = configured_log_dirs(params["log_dirs"], None)
+    if given:  # the broker file is not read for them: a bad one fails the scan, not the lookup of the run dir
+        return given
     config = configured_broker_file(params.get("config_file"))
     return configured_log_dirs(params["log_dirs"], BrokerConfig.load(config) if config else None)
 
 
 def cycle_params(**extra: Param) -> dict[str, Param]:
-    """The trigger form of both DAGs, validated by Airflow before a run is created."""
+    """The trigger form of both DAGs, validated by Airflow before a run is created: what a JSON schema
+    can refuse is refused there (the rest fails the first task at once, naming the value)."""
     return {
-        "log_dirs": Param(_env_list("KAFKALOG_LOG_DIRS"), type="array", items={"type": "string", "pattern": "^/"},
-                          description="Absolute paths of the log dirs (Kafka's log.dirs). Empty: the workers' "
-                                      "$KAFKALOG_LOG_DIRS, else log.dirs of the broker config file."),
-        "config_file": Param(os.environ.get("KAFKALOG_CONFIG") or None, type=["null", "string"],
-                             description="Broker defaults, server.properties style (log.retention.hours=…). "
-                                         "Default: $KAFKALOG_CONFIG."),
-        "topics": Param(None, type=["null", "array"], items={"type": "string", "pattern": TOPIC_PATTERN},
+        "log_dirs": Param(_env_list("KAFKALOG_LOG_DIRS"), type="array", uniqueItems=True,
+                          items={"type": "string", "pattern": "^/.*[^/]"},
+                          description="Absolute paths of the log dirs (Kafka's log.dirs), each once, not /. Empty: "
+                                      "the workers' $KAFKALOG_LOG_DIRS, else log.dirs of the broker config file."),
+        "config_file": Param(os.environ.get("KAFKALOG_CONFIG") or None, type=["null", "string"], pattern="^/",
+                             description="Absolute path of the broker defaults, server.properties style "
+                                         "(log.retention.hours=…). Default: $KAFKALOG_CONFIG."),
+        "topics": Param(None, type=["null", "array"], uniqueItems=True,
+                        items={"type": "string", "pattern": TOPIC_PATTERN},
                         description="Only these topics (default: every topic)."),
         "dry_run": Param(False, type="boolean",
                          description="Plan and report exactly what a real run would do; change nothing."),
-        "wall_now_ms": Param(None, type=["null", "integer"], minimum=0,
+        "wall_now_ms": Param(None, type=["null", "integer"], minimum=EPOCH_MS_MIN, maximum=EPOCH_MS_MAX,
                              description="Pin the wall clock stamped into new tombstone delete horizons, to "
-                                         "reproduce a cycle byte for byte. Default: the wall clock."),
+                                         "reproduce a cycle byte for byte: milliseconds since the epoch, not before "
+                                         "the cycle's clock. Default: the wall clock."),
         **extra,
     }
 
@@ -94,18 +114,94 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
 
 def run_dir(context: Mapping[str, Any]) -> Path:
     """The run dir of this DAG run (derived, not passed: every task of the run finds the same one)."""
+    from kafkalog.errors import ConfigError
+
     params = context["params"]
     log_dirs = _log_dirs(params)
     if not log_dirs:
-        raise ValueError("no log dirs: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in the broker file")
+        raise ConfigError("no log dirs: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in the broker file")
     return run_dir_for(os.environ.get(STATE_DIR_ENV), log_dirs, context["dag"].dag_id, context["run_id"])
+
+
+# --- failures: one classification for every task ---------------------------------------------------------
+@contextlib.contextmanager
+def failing_fast(context: Mapping[str, Any]) -> Iterator[None]:
+    """Around a task's work: an error a retry would meet again (``cycle.permanent_error``: bad config,
+    log dirs, topics, params, data) fails the task at once, with its message, instead of being
+    retried for minutes; a transient one (I/O, a held lock, Spark) keeps its retries. Either way the
+    error goes to XCom (``ERROR_XCOM_KEY``), where the report task finds the cause of the run's failure."""
+    try:
+        yield
+    except AirflowSkipException:  # (deferring is a BaseException: it passes too)
+        raise
+    except Exception as exc:
+        message = describe_error(exc)
+        ti = context["ti"]
+        label = ti.task_id if getattr(ti, "map_index", -1) in (-1, None) else f"{ti.task_id}[{ti.map_index}]"
+        with contextlib.suppress(Exception):  # never hide the error behind a failure to record it
+            ti.xcom_push(key=ERROR_XCOM_KEY, value={"task": label, "error": message[:MAX_ERROR_CHARS]})
+        if permanent_error(exc):
+            raise AirflowFailException(message) from exc
+        raise
+
+
+def _task_states(context: Mapping[str, Any]) -> dict[str, str]:
+    """Each task of this run by its label (``task`` or ``task[map index]``) with its state."""
+    ti = context["ti"]
+    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id, {})
+    ids = set(context["dag"].task_ids)
+    labels = {}
+    for key, state in states.items():
+        mapped = re.fullmatch(r"(.+)_(\d+)", key)
+        labels[f"{mapped[1]}[{mapped[2]}]" if key not in ids and mapped and mapped[1] in ids else key] = str(state)
+    return labels
 
 
 def failed_tasks(context: Mapping[str, Any]) -> list[str]:
     """The tasks of this run that failed (or could not run because an upstream task failed)."""
-    ti = context["ti"]
-    states = ti.get_task_states(dag_id=ti.dag_id, run_ids=[ti.run_id]).get(ti.run_id, {})
-    return sorted(task for task, state in states.items() if state in ("failed", "upstream_failed"))
+    return sorted(task for task, state in _task_states(context).items() if state in ("failed", "upstream_failed"))
+
+
+def task_errors(context: Mapping[str, Any]) -> dict[str, str | None]:
+    """The tasks of this run that failed, each with the error it recorded (None: it could not run
+    because an upstream task failed, or it left no error)."""
+    failed = failed_tasks(context)
+    ids = sorted({re.sub(r"\[\d+\]$", "", t) for t in failed})
+    recorded = context["ti"].xcom_pull(task_ids=ids, key=ERROR_XCOM_KEY) if ids else []
+    errors = {r["task"]: r["error"] for r in recorded or [] if isinstance(r, Mapping)}
+    return {task: errors.get(task) for task in failed}
+
+
+def require_scan(context: Mapping[str, Any]) -> None:
+    """A task that runs whatever happened upstream has nothing to do when the cycle never started:
+    skipped then, so that the report names the scan's error once rather than each task's echo of it."""
+    state = _task_states(context).get(SCAN_TASK)
+    if state != "success":
+        raise AirflowSkipException(f"the cycle did not start ({SCAN_TASK}: {state}); nothing to do")
+
+
+def report_run(context: Mapping[str, Any], *, subject: str, first_task: str, prune: bool = False) -> dict[str, Any]:
+    """The ``report`` task of both DAGs: print the run's report (``prune``: and remove this DAG's old
+    run dirs); fail naming each failed partition and task with its cause, and saying whether anything
+    was maintained at all (``first_task`` failed: nothing was)."""
+    from kafkalog.pipeline.cycle import format_report, prune_run_dirs
+
+    try:
+        directory: Path | None = run_dir(context)
+    except Exception as exc:  # noqa: BLE001 - the cause is a failed task's, named below
+        print(f"no run dir: {describe_error(exc)}")
+        directory = None
+    summary = summarize(directory)
+    for line in format_report(summary):
+        print(line)
+    if prune and directory is not None and directory.parent.is_dir():
+        prune_run_dirs(directory)
+    tasks = task_errors(context)
+    started = _task_states(context).get(first_task) == "success"
+    message = failure_message(summary, tasks, subject=subject, started=started)
+    if message is not None:
+        raise AirflowFailException(message)
+    return summary
 
 
 # --- lineage ---------------------------------------------------------------------------------------------
@@ -136,12 +232,8 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
                          python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
 
     def execute(self, context: Context) -> Any:
-        from kafkalog.errors import ConfigError, InvalidTopicError, LogDirError
-
-        try:
+        with failing_fast(context):
             result = super().execute(context)
-        except (ConfigError, InvalidTopicError, LogDirError) as exc:  # bad input: a retry would fail the same way
-            raise AirflowFailException(str(exc)) from exc
         self.emit_topic_events(context, result if isinstance(result, Mapping) else None)
         return result
 
@@ -168,10 +260,17 @@ class WaitFileDeleteDelayOperator(BaseOperator):
     ui_color = "#e8f4fd"
 
     def execute(self, context: Context) -> None:
-        deadline_ms = file_delete_deadline_ms(run_dir(context))
+        require_scan(context)
         now_ms = wall_clock_ms()
-        if deadline_ms is None or deadline_ms <= now_ms:
-            self.log.info("nothing this run marked is still within file.delete.delay.ms; no wait")
+        with failing_fast(context):
+            wait = file_delete_wait(run_dir(context), wall_now_ms=now_ms)
+        if wait["later"]:
+            self.log.info("%d partitions' marks fall due after this cycle's interval (log.retention.check.interval.ms"
+                          "=%d), the first at %s: not waited for; a later cycle deletes them", wait["later"],
+                          wait["interval_ms"], format_ms(wait["next_due_ms"]))
+        deadline_ms = wait["until_ms"]
+        if deadline_ms is None:
+            self.log.info("nothing this run marked falls due within the cycle's interval; no wait")
             return
         from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 
@@ -189,8 +288,10 @@ class WaitFileDeleteDelayOperator(BaseOperator):
 class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
     """``spark_jobs/compact_logs.py`` with the run's compaction plan (``selection``: the result of the
     task that wrote it). Skipped (not succeeded) when nothing is due or in a dry run. Partitions that
-    fail are in the job's report, which the report task reads; the task fails only when the job
-    itself does (retried then, safely: the cleaner's swap is crash-safe and a rerun finishes it)."""
+    fail, or that another cleaner holds (skipped, as Kafka's cleaner skips a log in progress), are in
+    the job's report, which the report task reads; the task fails only when the job itself does: at
+    once when it refused its input (nothing changed), else retried, safely (the cleaner's swap is
+    crash-safe and a rerun finishes it)."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "selection")
 
@@ -200,20 +301,26 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
         self.selection = selection
 
     def execute(self, context: Context) -> Any:
-        from airflow.sdk import BaseHook
-
-        from kafkalog.pipeline.plans import read_json
-        from kafkalog.pipeline.spark import submit_settings
-
         selection = self.selection or {}
         if selection.get("dry_run"):
             raise AirflowSkipException(f"dry run: the plan {selection.get('plan')} selects {selection.get('selected')}"
                                        " partitions; nothing is compacted")
         if not selection.get("selected"):
             raise AirflowSkipException("nothing is due for compaction (see select_logs_to_clean for why)")
+        with failing_fast(context):
+            return self._compact(context, selection)
+
+    def _compact(self, context: Context, selection: Mapping[str, Any]) -> Any:
+        from airflow.sdk import BaseHook
+
+        from kafkalog.errors import KafkaLogError
+        from kafkalog.pipeline.plans import read_json
+        from kafkalog.pipeline.spark import submit_settings
+
         settings = cycle_settings(context)
         directory = run_dir(context)
         report = compaction_report_path(directory)
+        report.unlink(missing_ok=True)  # a report here is this attempt's
         spark = submit_settings()
         self.application = spark.application
         self.conf = {**spark.conf, **(self.conf or {})}
@@ -230,7 +337,13 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
         except Exception:  # noqa: BLE001 - no such connection: the documented default, not yarn
             self.log.info("connection %s is not defined: running on local[*]", self._conn_id)
             os.environ[f"AIRFLOW_CONN_{self._conn_id.upper()}"] = '{"conn_type": "spark", "host": "local[*]"}'
-        super().execute(context)
+        try:
+            super().execute(context)
+        except AirflowException:
+            doc = read_json(report) if report.exists() else {}
+            if doc.get("status") == "refused":  # the job's bad-input exit: nothing changed, a retry changes nothing
+                raise KafkaLogError(f"the compaction job refused to run: {doc.get('error')}") from None
+            raise
         doc = read_json(report)
         for p in doc.get("partitions", []):
             self.log.info("%s-%s: %s%s", p["topic"], p["partition"], p["status"],

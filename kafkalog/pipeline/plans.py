@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kafkalog.errors import KafkaLogError
+from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log.shares import map_shares
 
 RETENTION_PLAN_KIND = "kafkalog-retention-plan"
@@ -82,8 +82,10 @@ def read_plan(path: Path | str, kind: str) -> Doc:
     return doc
 
 
-def error_entry(topic: str, partition: int, error: str) -> Doc:
-    return {"topic": topic, "partition": partition, "error": error}
+def error_entry(topic: str, partition: int, error: str, *, locked: bool = False) -> Doc:
+    """A partition that failed; ``locked``: only because another process held its lock past the wait
+    (Kafka's cleaner and retention skip such a log this time; a later run does it)."""
+    return {"topic": topic, "partition": partition, "error": error, **({"locked": True} if locked else {})}
 
 
 # --- retention ---------------------------------------------------------------------------------------
@@ -128,27 +130,33 @@ def _plan_retention_share(store: Any, locations: Sequence[Any], *, now_ms: int) 
     return partitions, errors
 
 
-def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = False) -> Doc:
-    """Mark what ``plan`` lists as ``.deleted`` (never more). Returns, per partition, what was marked,
-    and the newest mark time (the wall clock the ``file.delete.delay.ms`` wait counts from)."""
+def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = False,
+                         lock_timeout_s: float = 30.0) -> Doc:
+    """Mark what ``plan`` lists as ``.deleted`` (never more). Returns, per partition, what was marked
+    and when its files are due for deletion (``due_ms``: the mark time plus the topic's
+    ``file.delete.delay.ms``), and the newest mark time (the wall clock the wait counts from). A
+    partition whose lock another process holds for ``lock_timeout_s`` is an error marked ``locked``."""
     applied: list[Doc] = []
     errors: list[Doc] = []  # the plan's own errors stay the plan's
     newest_mark_ms: int | None = None
     delay_ms = 0
     with store.batched_checkpoints():
         for doc in plan["partitions"]:
-            _apply_one(store, plan["now_ms"], doc, run_id, dry_run, applied, errors)
+            _apply_one(store, plan["now_ms"], doc, run_id, dry_run, applied, errors, lock_timeout_s)
     for entry in applied:
         if entry.get("mark_time_ms") is not None:
-            newest_mark_ms = max(newest_mark_ms or 0, entry.pop("mark_time_ms"))
-            delay_ms = max(delay_ms, store.log_config(entry["topic"]).file_delete_delay_ms)
+            mark_ms = entry.pop("mark_time_ms")
+            newest_mark_ms = max(newest_mark_ms or 0, mark_ms)
+            topic_delay_ms = store.log_config(entry["topic"]).file_delete_delay_ms
+            delay_ms = max(delay_ms, topic_delay_ms)
+            entry["due_ms"] = mark_ms + topic_delay_ms
     return {"now_ms": plan["now_ms"], "dry_run": dry_run, "applied": applied, "errors": errors,
             "segments": sum(len(a["segments"]) for a in applied), "bytes": sum(a["bytes"] for a in applied),
             "newest_mark_ms": newest_mark_ms, "file_delete_delay_ms": delay_ms}
 
 
 def _apply_one(store: Any, now_ms: int, doc: Doc, run_id: str, dry_run: bool, applied: list[Doc],
-               errors: list[Doc]) -> None:
+               errors: list[Doc], lock_timeout_s: float) -> None:
     from kafkalog.log.names import TopicPartition
     from kafkalog.log.store import PartitionLocation
     from kafkalog.maintenance.retention import apply_retention
@@ -171,7 +179,10 @@ def _apply_one(store: Any, now_ms: int, doc: Doc, run_id: str, dry_run: bool, ap
     try:
         if not location.directory.is_dir():
             raise KafkaLogError(f"partition directory {location.directory} is gone")
-        report = apply_retention(store, location, one, run_id=run_id)
+        report = apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s)
+    except LogLockedError as exc:
+        errors.append(error_entry(topic, partition, str(exc), locked=True))
+        return
     except (KafkaLogError, OSError) as exc:
         errors.append(error_entry(topic, partition, str(exc)))
         return
@@ -288,6 +299,60 @@ def compact_planned(store: Any, plan: Doc, *, run_id: str, wall_now_ms: int | No
     return {"cleaned": [{"topic": r.topic, "partition": r.partition, "first_dirty_offset": r.first_dirty_offset,
                          "end_offset": r.end_offset, "groups": r.groups, "stats": r.stats.to_dict()} for r in cleaned],
             "errors": failures}
+
+
+def check_compaction_plan(store: Any, plan: Doc, *, wall_now_ms: int | None = None) -> list[Doc]:
+    """What carrying ``plan`` out would refuse or fail on, found without writing anything (a dry run's
+    truth): each selected range is re-checked against the log as the cleaner re-checks it
+    (``recheck_round``), its key map is built from the dirty segments, and every segment the round
+    rewrites is read as the cleaner reads it: framing, CRCs, offsets, records. Takes no lock (a lock
+    file would be a write); a partition that changes meanwhile may pass here and fail in the real run.
+    Returns the error entries of the partitions that would fail."""
+    from kafkalog.maintenance.cleaner import CleanerStats, build_key_map, open_clean_context, recheck_round
+
+    errors: list[Doc] = []
+    for entry in plan["selected"]:
+        topic, partition = entry["topic"], entry["partition"]
+        first_dirty, first_uncleanable = entry["first_dirty_offset"], entry["first_uncleanable_offset"]
+        try:
+            location = store.locate(topic, partition)
+            recheck_round(store, location, first_dirty, first_uncleanable, plan["now_ms"])
+            ctx = open_clean_context(store, location, first_dirty, first_uncleanable, now_ms=plan["now_ms"],
+                                     wall_now_ms=wall_now_ms)
+            verified: set[int] = set()
+            key_map = build_key_map(ctx, CleanerStats(), verified)
+            for group in ctx.groups(key_map.latest_offset + 1):
+                for segment in group:
+                    if segment.base_offset not in verified:
+                        _read_as_cleaner(segment.log_path)
+        except (KafkaLogError, OSError) as exc:
+            errors.append(error_entry(topic, partition, str(exc)))
+    return errors
+
+
+def _read_as_cleaner(path: Path) -> None:
+    """Read a segment as the cleaner's rewrite pass reads it (``cleaner._read_batches`` and its record
+    scan) and raise what it would raise."""
+    import mmap
+
+    from kafkalog.errors import CleanerError
+    from kafkalog.format.scan import find_backward_batch, find_corrupt_batch, scan_batches, scan_records
+
+    where = f"{path}: "
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return
+        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))  # freed with its last view
+    batches = scan_batches(data, where=where)
+    corrupt = find_corrupt_batch(data, batches, where)
+    if corrupt is not None:
+        raise CleanerError(corrupt)
+    if batches.valid_end != len(data):
+        raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
+    backwards = find_backward_batch(batches, where=where)
+    if backwards is not None:
+        raise CleanerError(f"{backwards}; `kafkalog recover --full` truncates the log there")
+    scan_records(data, batches, where=where)
 
 
 def apply_checkpoint_resets(store: Any, plan: Doc) -> None:

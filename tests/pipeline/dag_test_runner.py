@@ -21,9 +21,11 @@ def main() -> None:
     assert not bag.import_errors, bag.import_errors
     logical = datetime.datetime.fromtimestamp(logical_ms / 1000, tz=datetime.UTC)
     run = bag.dags[dag_id].test(logical_date=logical, run_conf=conf)
-    tasks = {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): str(ti.state)
-             for ti in run.get_task_instances()}
-    print("RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id, "tasks": tasks}))
+    instances = {(ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"): ti
+                 for ti in run.get_task_instances()}
+    tasks = {name: str(ti.state) for name, ti in instances.items()}
+    tries = {name: ti.try_number for name, ti in instances.items()}
+    print("RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id, "tasks": tasks, "tries": tries}))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,8 @@ class DagRun:
     run_id: str
     tasks: dict[str, str]
     output: str
+    tries: dict[str, int] = field(default_factory=dict)  # attempts each task made (0: it never ran)
+    seconds: float = 0.0  # how long the run took, the runner's start included
 
     def explain(self) -> str:
         return f"{self.state} {self.tasks}\n{self.output[-8000:]}"
@@ -86,7 +88,7 @@ def dag_test(env: dict[str, str], dag_id: str, logical_ms: int, conf: dict[str, 
     assert done.returncode == 0 and lines, f"exit {done.returncode} after {time.monotonic() - started:.0f} s\n" \
                                            f"{output[-8000:]}"
     doc = json.loads(lines[-1][len("RESULT "):])
-    return DagRun(doc["state"], doc["run_id"], doc["tasks"], output)
+    return DagRun(doc["state"], doc["run_id"], doc["tasks"], output, doc.get("tries", {}), time.monotonic() - started)
 
 
 def run_dir(env: dict[str, str], dag_id: str, run_id: str) -> Path:

@@ -1,0 +1,288 @@
+"""Issue #35, items 8-11, on the pipeline's steps without Airflow: bad input is refused where it enters,
+with a message, before anything is written, and classified as permanent (no retry) or transient; a long
+``file.delete.delay.ms`` never holds a cycle open past its interval; a dry run reads what the real
+compaction reads; a partition another process holds is skipped and said so; a run dir is a place of
+its own. The same through Airflow: ``test_bad_input_dags.py``."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from conftest import tree_digest
+from synthetic import CHANGELOG, EVENTS, HOUR_MS, build_store
+
+from kafkalog.errors import (
+    CleanerError,
+    ConfigError,
+    CorruptRecordError,
+    InvalidTopicError,
+    KafkaLogError,
+    LogDirError,
+    LogLockedError,
+)
+from kafkalog.log.lock import partition_lock
+from kafkalog.log.store import LogStore
+from kafkalog.pipeline import cycle, plans
+from kafkalog.pipeline.cycle import CycleSettings
+
+NOW_MS = int(time.time() * 1000) - 60_000
+
+
+def _settings(*log_dirs: Path | str, **kwargs: object) -> CycleSettings:
+    return CycleSettings(run_id="test/run", now_ms=NOW_MS, log_dirs=tuple(str(d) for d in log_dirs),
+                         **kwargs)  # type: ignore[arg-type]
+
+
+def _broker(directory: Path, text: str, name: str = "server.properties") -> str:
+    path = directory / name
+    path.write_text(text)
+    return str(path)
+
+
+# --- item 8: permanent errors fail fast and say why ------------------------------------------------------
+def test_bad_log_dirs_and_broker_files_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    build_store(logs, NOW_MS)
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    cases: list[tuple[CycleSettings, type[KafkaLogError], str]] = [
+        (_settings(tmp_path / "a-file"), LogDirError,
+         f"log directory {tmp_path}/a-file does not exist or is not a directory"),
+        (_settings(tmp_path / "missing"), LogDirError,
+         f"log directory {tmp_path}/missing does not exist or is not a directory"),
+        (_settings(logs, f"{logs}/"), LogDirError, f"a log directory is listed twice: {logs}, {logs}"),
+        (_settings(tmp_path / "loop1"), LogDirError,
+         f"log directory {tmp_path}/loop1 cannot be resolved (Symlink loop from '{tmp_path}/loop1')"),
+        (_settings("/"), LogDirError, "log directory / is the file system root: a log dir is a directory of its own"),
+        (_settings(logs, config_file=_broker(tmp_path, "log.retention.hours=abc\n", "hours.properties")), ConfigError,
+         f"{tmp_path}/hours.properties: log.retention.hours=abc: must be a 32-bit integer"),
+        (_settings(logs, config_file=_broker(tmp_path, "log.segment.delete.delay.ms=-1\n", "delay.properties")),
+         ConfigError, f"{tmp_path}/delay.properties: log.segment.delete.delay.ms=-1: must be at least 0"),
+        (_settings(logs, config_file=str(tmp_path / "nowhere.properties")), ConfigError,
+         f"cannot read broker config file {tmp_path}/nowhere.properties: [Errno 2] No such file or directory: "
+         f"'{tmp_path}/nowhere.properties'"),
+    ]
+    before = tree_digest(tmp_path)
+    for settings, kind, message in cases:
+        run_dir = tmp_path / "runs" / "run"
+        with pytest.raises(kind) as raised:
+            cycle.scan_partitions(run_dir, settings)
+        assert str(raised.value) == message
+        assert cycle.permanent_error(raised.value), message
+        assert not (tmp_path / "runs").exists() and tree_digest(tmp_path) == before, message
+
+
+def test_a_wall_clock_before_the_cycles_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as raised:
+        _settings("/data/logs", wall_now_ms=5)
+    assert str(raised.value) == (f"wall_now_ms 5 is before the cycle's clock {NOW_MS}: it pins the wall clock, which "
+                                 "is never earlier than the cycle's (milliseconds since the epoch)")
+
+
+def test_a_missing_partition_of_a_named_topic_is_permanent(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    build_store(logs, NOW_MS)
+    run_dir = cycle.start_cycle(tmp_path / "run", _settings(logs))
+    with pytest.raises(KafkaLogError) as raised:
+        cycle.select_logs_to_clean(run_dir, topic=CHANGELOG, partitions=[7])
+    assert str(raised.value) == f"topic '{CHANGELOG}' has 2 partitions; no partition 7"
+    assert cycle.permanent_error(raised.value)
+
+
+def _with_context(exc: BaseException, context: BaseException) -> BaseException:
+    try:
+        try:
+            raise context
+        except BaseException:
+            raise exc from None
+    except BaseException as caught:
+        return caught
+
+
+@pytest.mark.parametrize(("exc", "permanent"), [
+    (ConfigError("log.retention.hours=abc"), True),
+    (LogDirError("missing"), True),
+    (InvalidTopicError("no such topic"), True),
+    (CorruptRecordError("crc"), True),
+    (plans.PlanError("not a plan"), True),
+    (KafkaLogError("has 2 partitions; no partition 7"), True),
+    (LogLockedError("locked by another kafkalog process"), False),
+    (OSError(errno.EIO, "Input/output error"), False),
+    (OSError(errno.ENOSPC, "No space left on device"), False),
+    (FileNotFoundError(errno.ENOENT, "gone meanwhile"), False),
+    (OSError(errno.ELOOP, "Too many levels of symbolic links"), True),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory"), True),
+    (_with_context(ConfigError("cannot read broker config file"), FileNotFoundError(errno.ENOENT, "x")), True),
+    (_with_context(plans.PlanError("cannot read plan"), OSError(errno.EIO, "Input/output error")), False),
+    (_with_context(CleanerError("round aborted"), LogLockedError("locked")), False),
+    (RuntimeError("Spark died"), False),
+])
+def test_one_classification_of_errors(exc: BaseException, permanent: bool) -> None:
+    assert cycle.permanent_error(exc) is permanent
+
+
+def test_the_report_names_the_cause_and_never_claims_what_was_not_done() -> None:
+    empty = cycle.summarize(None)
+    assert cycle.failure_message(empty, {}, subject="the cycle", started=True) is None
+    cause = "/etc/k.properties: log.retention.hours=abc: must be a 32-bit integer"
+    assert cycle.failure_message(empty, {"scan_partitions": cause, "plan_retention": None, "mark_deleted": None},
+                                 subject="the cycle", started=False) == f"nothing was maintained: scan_partitions " \
+                                                                        f"failed: {cause}"
+    failed = {**empty, "partitions": 3, "failed": [
+        {"step": "mark_deleted", "topic": EVENTS, "partition": 1, "error": "corrupt batch"}]}
+    assert cycle.failure_message(failed, {"mark_deleted[0]": "disk on fire"}, subject="the cycle", started=True) == \
+        f"the cycle failed in partitions {EVENTS}-1 and tasks mark_deleted[0] (the other partitions were " \
+        f"maintained): {EVENTS}-1 in mark_deleted: corrupt batch; mark_deleted[0]: disk on fire"
+    every = {**failed, "partitions": 1}
+    assert "(no partition was maintained)" in str(cycle.failure_message(every, {}, subject="the cycle", started=True))
+
+
+# --- item 9: a long file.delete.delay.ms never holds the cycle open ----------------------------------------
+def _delete_topic(store: LogStore, name: str, delay_ms: int) -> None:
+    """Four hourly segments, the oldest two past retention.ms (2.5 h)."""
+    store.create_topic(name, 1, {"retention.ms": str(5 * HOUR_MS // 2), "file.delete.delay.ms": str(delay_ms)})
+    with store.writable_log(store.locate(name, 0)) as log:
+        for i in range(4):
+            log.append_records([(b"k", f"{name} {i}".encode(), (), NOW_MS - (4 - i) * HOUR_MS)], now_ms=NOW_MS)
+            log.roll()
+
+
+def test_the_wait_never_outlasts_the_cycles_interval(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    store = LogStore([logs], create_missing=True)
+    _delete_topic(store, "quick", 1000)
+    _delete_topic(store, "slow", 86_400_000)  # a legal day
+    broker = _broker(tmp_path, "log.retention.check.interval.ms=30000\n")
+    run_dir = tmp_path / "run"
+    scan = cycle.scan_partitions(run_dir, _settings(logs, config_file=broker))
+    marks = [cycle.mark_shard(run_dir, cycle.plan_retention_shard(run_dir, s["path"])["plan"]) for s in scan["shards"]]
+    assert sum(m["segments"] for m in marks) == 4
+    quick_due = max(int(p.stat().st_mtime * 1000) for p in (logs / "quick-0").glob("*.log.deleted")) + 1000
+    wall = int(time.time() * 1000)
+    wait = cycle.file_delete_wait(run_dir, wall_now_ms=wall)
+    slow_marks = [int(p.stat().st_mtime * 1000) for p in (logs / "slow-0").glob("*.log.deleted")]
+    assert wait["interval_ms"] == 30_000 and wait["later"] == 1
+    assert wait["next_due_ms"] is not None and abs(wait["next_due_ms"] - (max(slow_marks) + 86_400_000)) <= 1
+    assert wait["until_ms"] is not None and wait["until_ms"] <= quick_due and wait["until_ms"] - wall <= 1000
+    time.sleep(max(0, wait["until_ms"] - int(time.time() * 1000)) / 1000 + 0.05)
+    deleted = cycle.delete_marked(run_dir)
+    waiting = len(list((logs / "slow-0").glob("*.deleted")))  # two segments' files and a snapshot
+    assert not list((logs / "quick-0").glob("*.deleted")) and waiting == deleted["deleted_files"] == 7
+    lines = cycle.format_report(cycle.summarize(run_dir))
+    assert lines[2] == f"deletion: 7 files ({deleted['deleted_bytes']} bytes) deleted, 0 deleted-topic dirs " \
+                       f"removed, 7 files wait for file.delete.delay.ms, the first due at " \
+                       f"{cycle.format_ms(deleted['next_due_ms'])}: a later cycle deletes them"
+
+
+# --- item 10: a dry run reads what the real run reads ----------------------------------------------------
+def corrupt_compacted_store(log_dir: Path, now_ms: int) -> LogStore:
+    """``cl``: one compacted partition whose first (inactive, dirty) segment has a batch whose CRC fails."""
+    store = LogStore([log_dir], create_missing=True)
+    store.create_topic("cl", 1, {"cleanup.policy": "compact", "segment.bytes": "4096"})
+    with store.writable_log(store.locate("cl", 0)) as log:
+        log.append_records([(f"k{i % 20}".encode(), f"v{i}".encode(), (), now_ms - HOUR_MS + i) for i in range(400)],
+                           batch_records=10, now_ms=now_ms)
+    first = log_dir / "cl-0" / "00000000000000000000.log"
+    data = bytearray(first.read_bytes())
+    data[100] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    first.write_bytes(bytes(data))
+    return store
+
+
+def test_a_dry_run_fails_the_partition_the_real_compaction_fails_on(tmp_path: Path) -> None:
+    logs, copy = tmp_path / "logs", tmp_path / "copy"
+    corrupt_compacted_store(logs, NOW_MS)
+    shutil.copytree(logs, copy)
+    plan = plans.plan_compaction(LogStore([copy]), now_ms=NOW_MS)
+    real = plans.compact_planned(LogStore([copy]), plan, run_id="real")
+    assert real["cleaned"] == [] and [(e["topic"], e["partition"]) for e in real["errors"]] == [("cl", 0)]
+    expected = real["errors"][0]["error"].replace(str(copy), str(logs))
+    assert "record is corrupt at byte 0 (offset 0): stored crc = " in expected
+
+    before = tree_digest(logs)
+    run_dir = tmp_path / "run"
+    cycle.scan_partitions(run_dir, _settings(logs, dry_run=True))
+    selected = cycle.select_logs_to_clean(run_dir)
+    assert (selected["selected"], selected["would_fail"]) == (1, 1)
+    summary = cycle.summarize(run_dir)
+    assert summary["failed"] == [{"step": "compact (dry run)", "topic": "cl", "partition": 0,
+                                  "error": f"the compaction would fail: {expected}"}]
+    assert f"FAILED cl-0 in compact (dry run): the compaction would fail: {expected}" in cycle.format_report(summary)
+    assert tree_digest(logs) == before
+
+
+def test_a_dry_run_over_a_healthy_store_finds_nothing_to_fail(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    build_store(logs, NOW_MS)
+    before = tree_digest(logs)
+    run_dir = tmp_path / "run"
+    cycle.scan_partitions(run_dir, _settings(logs, dry_run=True))
+    assert (cycle.select_logs_to_clean(run_dir)["would_fail"], cycle.summarize(run_dir)["failed"]) == (0, [])
+    assert tree_digest(logs) == before
+
+
+# --- item 11: two cycles at once; where a run dir may go ------------------------------------------------
+def test_a_partition_held_by_another_process_is_skipped_and_said_so(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    build_store(logs, NOW_MS, file_delete_delay_ms=0)
+    run_dir = tmp_path / "run"
+    scan = cycle.scan_partitions(run_dir, _settings(logs))
+    planned = cycle.plan_retention_shard(run_dir, scan["shards"][0]["path"])
+    held = logs / f"{EVENTS}-1"
+    before = tree_digest(held)
+    with partition_lock(held, timeout_s=0):
+        mark = cycle.mark_shard(run_dir, planned["plan"], lock_timeout_s=0.2)
+    assert mark["errors"] == 1 and mark["topics"][EVENTS]["log_start_offsets"] == {"0": 100}
+    assert tree_digest(held) == before
+    summary = cycle.summarize(run_dir)
+    assert summary["failed"] == []
+    assert summary["skipped"] == [{"step": "mark_deleted", "topic": EVENTS, "partition": 1,
+                                   "error": f"{held}: locked by another kafkalog process (waited 0.2 s)"}]
+    assert f"SKIPPED {EVENTS}-1 in mark_deleted: {held}: locked by another kafkalog process (waited 0.2 s); a later " \
+           "cycle does it" in cycle.format_report(summary)
+    assert cycle.failure_message(summary, {}, subject="the cycle", started=True) is None
+
+
+def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> None:
+    """The Spark job's report says ``locked`` for a partition whose cleaner lock another process holds."""
+    run_dir = tmp_path / "run"
+    plans.write_json(cycle.compaction_report_path(run_dir), {"status": "partitions-failed", "partitions": [
+        {"topic": CHANGELOG, "partition": 0, "ok": False, "status": "locked", "error": "x: locked"},
+        {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "stats": {}}]})
+    summary = cycle.summarize(run_dir)
+    assert summary["failed"] == [] and summary["compaction"]["cleaned"] == [f"{CHANGELOG}-1"]
+    assert summary["skipped"] == [{"step": "compact", "topic": CHANGELOG, "partition": 0, "error": "x: locked"}]
+
+
+def test_a_run_dir_is_a_writable_place_of_its_own(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert cycle.run_dir_for(None, [str(logs)], "d", "r") == tmp_path / ".kafkalog-pipeline" / "d" / "r"
+    assert cycle.run_dir_for(str(tmp_path / "state"), [str(logs)], "d", "r") == tmp_path / "state" / "d" / "r"
+    (tmp_path / "a-file").write_text("x")
+    for state_dir, log_dirs, message in [
+        (None, ["/"], "log directory / is the file system root: a log dir is a directory of its own"),
+        (None, ["/kafka-logs"], "the run dir /.kafkalog-pipeline (beside log dir /kafka-logs) would be at the file "
+                                "system root: set KAFKALOG_PIPELINE_DIR to a directory of the pipeline's own that "
+                                "every worker sees"),
+        ("/", [str(logs)], "KAFKALOG_PIPELINE_DIR=/ would be at the file system root: set KAFKALOG_PIPELINE_DIR to "
+                           "a directory of the pipeline's own that every worker sees"),
+        ("relative/state", [str(logs)], "KAFKALOG_PIPELINE_DIR=relative/state must be an absolute path (every "
+                                        "worker finds it)"),
+        (str(logs / "state"), [str(logs)], f"KAFKALOG_PIPELINE_DIR={logs}/state is inside log directory {logs}: its "
+                                           "files would be taken for the log's; set KAFKALOG_PIPELINE_DIR to a "
+                                           "directory outside every log dir"),
+        (str(tmp_path / "a-file" / "state"), [str(logs)], f"KAFKALOG_PIPELINE_DIR={tmp_path}/a-file/state: "
+                                                          f"{tmp_path}/a-file is not a directory this user can write"),
+    ]:
+        with pytest.raises((ConfigError, LogDirError)) as raised:
+            cycle.run_dir_for(state_dir, log_dirs, "d", "r")
+        assert str(raised.value) == message
+        assert cycle.permanent_error(raised.value)
+    assert not os.path.lexists("/.kafkalog-pipeline")

@@ -289,6 +289,26 @@ def recheck_round(store: LogStore, location: PartitionLocation, first_dirty_offs
                            "nothing was cleaned")
 
 
+def check_round(store: LogStore, location: PartitionLocation, first_dirty_offset: int, first_uncleanable_offset: int,
+                *, now_ms: int, wall_now_ms: int | None = None) -> None:
+    """What cleaning this round would refuse or fail on, found without writing anything (a dry run's
+    truth): the round re-checked against the log (``recheck_round``), its key map built from the dirty
+    segments, and every other segment it rewrites read as the rewrite reads it (framing, CRCs, offsets,
+    records). Takes no lock: a partition that changes meanwhile may pass here and fail for real."""
+    if first_uncleanable_offset <= first_dirty_offset:
+        return
+    recheck_round(store, location, first_dirty_offset, first_uncleanable_offset, now_ms)
+    ctx = open_clean_context(store, location, first_dirty_offset, first_uncleanable_offset, now_ms=now_ms,
+                             wall_now_ms=wall_now_ms)
+    verified: set[int] = set()
+    key_map = build_key_map(ctx, CleanerStats(), verified)
+    for group in ctx.groups(key_map.latest_offset + 1):
+        for segment in group:
+            if segment.base_offset not in verified:
+                data, batches = _read_batches(segment)
+                scan_records(data, batches, where=f"{segment.log_path}: ")
+
+
 def split_overflowed_segments(ctx: CleanContext, lock_timeout_s: float = 30.0) -> None:
     """Kafka's cleaner splits a segment of the round whose offsets overflow its base (a cleaned segment
     based there could not index them: legacy KAFKA-6264, or an older kafkalog's cleaner) and aborts

@@ -303,56 +303,19 @@ def compact_planned(store: Any, plan: Doc, *, run_id: str, wall_now_ms: int | No
 
 def check_compaction_plan(store: Any, plan: Doc, *, wall_now_ms: int | None = None) -> list[Doc]:
     """What carrying ``plan`` out would refuse or fail on, found without writing anything (a dry run's
-    truth): each selected range is re-checked against the log as the cleaner re-checks it
-    (``recheck_round``), its key map is built from the dirty segments, and every segment the round
-    rewrites is read as the cleaner reads it: framing, CRCs, offsets, records. Takes no lock (a lock
-    file would be a write); a partition that changes meanwhile may pass here and fail in the real run.
-    Returns the error entries of the partitions that would fail."""
-    from kafkalog.maintenance.cleaner import CleanerStats, build_key_map, open_clean_context, recheck_round
+    truth): each selected round checked as the cleaner would run it (``cleaner.check_round``). Returns
+    the error entries of the partitions that would fail."""
+    from kafkalog.maintenance.cleaner import check_round
 
     errors: list[Doc] = []
     for entry in plan["selected"]:
         topic, partition = entry["topic"], entry["partition"]
-        first_dirty, first_uncleanable = entry["first_dirty_offset"], entry["first_uncleanable_offset"]
         try:
-            location = store.locate(topic, partition)
-            recheck_round(store, location, first_dirty, first_uncleanable, plan["now_ms"])
-            ctx = open_clean_context(store, location, first_dirty, first_uncleanable, now_ms=plan["now_ms"],
-                                     wall_now_ms=wall_now_ms)
-            verified: set[int] = set()
-            key_map = build_key_map(ctx, CleanerStats(), verified)
-            for group in ctx.groups(key_map.latest_offset + 1):
-                for segment in group:
-                    if segment.base_offset not in verified:
-                        _read_as_cleaner(segment.log_path)
+            check_round(store, store.locate(topic, partition), entry["first_dirty_offset"],
+                        entry["first_uncleanable_offset"], now_ms=plan["now_ms"], wall_now_ms=wall_now_ms)
         except (KafkaLogError, OSError) as exc:
             errors.append(error_entry(topic, partition, str(exc)))
     return errors
-
-
-def _read_as_cleaner(path: Path) -> None:
-    """Read a segment as the cleaner's rewrite pass reads it (``cleaner._read_batches`` and its record
-    scan) and raise what it would raise."""
-    import mmap
-
-    from kafkalog.errors import CleanerError
-    from kafkalog.format.scan import find_backward_batch, find_corrupt_batch, scan_batches, scan_records
-
-    where = f"{path}: "
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return
-        data = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))  # freed with its last view
-    batches = scan_batches(data, where=where)
-    corrupt = find_corrupt_batch(data, batches, where)
-    if corrupt is not None:
-        raise CleanerError(corrupt)
-    if batches.valid_end != len(data):
-        raise CleanerError(f"{where}{len(data) - batches.valid_end} bytes of an incomplete batch at its end")
-    backwards = find_backward_batch(batches, where=where)
-    if backwards is not None:
-        raise CleanerError(f"{backwards}; `kafkalog recover --full` truncates the log there")
-    scan_records(data, batches, where=where)
 
 
 def apply_checkpoint_resets(store: Any, plan: Doc) -> None:

@@ -574,8 +574,12 @@ class LocalLog:
             files = [*segment.files(), names.snapshot_file(self.directory, segment.base_offset)]
             renamed += mark_deleted(files, mark_time_ms=mark_time_ms)
         # ``maybeIncrementLogStartOffset``: epochs start no lower than the log. After the renames, so a
-        # crash before them leaves no entry starting above records still in the log.
-        _leader_epoch_cache(self.directory).truncate_from_start(self.log_start_offset)
+        # crash before them leaves no entry starting above records still in the log. And as the next
+        # load would (``truncateFromEnd``): an entry starting at the log end, which is what is left when
+        # every record went, goes now, so a retried mark or any later open changes nothing more.
+        epochs = _leader_epoch_cache(self.directory)
+        epochs.truncate_from_start(self.log_start_offset)
+        epochs.truncate_from_end(self.log_end_offset)
         return renamed
 
     def truncate_to(self, offset: int) -> int:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import shares
@@ -24,6 +24,9 @@ from kafkalog.maintenance import journal
 from kafkalog.maintenance.journal import new_run_id
 from kafkalog.pipeline import plans
 from kafkalog.policy.log_cleaner import CLEANER_DISABLED
+
+if TYPE_CHECKING:  # opening a log loads the compiled kernels: commands that do not append do without them
+    from kafkalog.log.local_log import LocalLog
 
 
 def _split_config(items: Sequence[str] | None) -> dict[str, str]:
@@ -157,7 +160,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         line_number = raw.count(b"\n", 0, exc.start) + 1
         raise KafkaLogError(f"stdin line {line_number}: invalid UTF-8 at byte {exc.start} ({exc.reason}); "
                             "nothing was produced") from None
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for line in lines:
         key: bytes | None = None
         value_text = line
         if args.key_separator is not None:
@@ -171,14 +175,37 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if config.compact and any(k is None for rows in by_partition.values() for k, *_ in rows):
         raise KafkaLogError(f"compacted topic {args.topic} cannot accept a record without a key "
                             "(use --key-separator)")
-    total = 0
+    landed: list[tuple[int, int, int]] = []  # (partition, first offset, next offset) of what each append wrote
     for partition, rows in sorted(by_partition.items()):
-        with store.writable_log(store.locate(args.topic, partition)) as log:
-            appended = log.append_records(rows, compression=codec, batch_records=args.batch_records, now_ms=now_ms)
-            total += appended.last_offset - appended.first_offset + 1
+        failure: OSError | None = None
+        opened: list[tuple[LocalLog, int]] = []
+        try:
+            with store.writable_log(store.locate(args.topic, partition)) as log:
+                opened.append((log, log.log_end_offset))
+                try:
+                    log.append_records(rows, compression=codec, batch_records=args.batch_records, now_ms=now_ms)
+                except OSError as exc:
+                    failure = exc  # what landed before it is flushed and checkpointed as the log closes
+        except OSError as exc:
+            failure = failure or exc
+        for log, first in opened:  # the log's end as its file says: whole batches only
+            landed.append((partition, first, log.segments[-1].read_next_offset()))
+        if failure is not None:
+            raise KafkaLogError(_partly_produced(args.topic, failure, landed, len(lines))) from failure
     if sys.stderr.isatty():
-        print(f"Produced {total} records to {args.topic}.", file=sys.stderr)
+        print(f"Produced {sum(end - first for _, first, end in landed)} records to {args.topic}.", file=sys.stderr)
     return 0
+
+
+def _partly_produced(topic: str, failure: OSError, landed: Sequence[tuple[int, int, int]], requested: int) -> str:
+    """One line for a produce that an I/O error (a full disk) stopped: the error, how many records landed
+    and at which offsets (producing the whole input again would append those a second time), and that
+    no partial batch was left."""
+    where = f": {failure.filename}" if failure.filename else ""
+    count = sum(end - first for _, first, end in landed)
+    ranges = ", ".join(f"{topic}-{p} offsets {first}-{end - 1}" for p, first, end in landed if end > first)
+    return (f"{failure.strerror or failure}{where}; {count} of {requested} records were produced"
+            f"{f' ({ranges})' if ranges else ''} and the rest were not; no partial batch was left")
 
 
 def _text(blob: bytes | None) -> str:
@@ -242,7 +269,8 @@ def cmd_recover(args: argparse.Namespace) -> int:
     store = _store(args)
     # Kafka loads each log dir's partitions on num.recovery.threads.per.data.dir threads.
     processes = args.processes or store.broker.num_recovery_threads_per_data_dir * len(store.log_dirs)
-    done = shares.map_shares(partial(_recover_share, store, full=args.full), store.partitions(), processes)
+    locations = store.partitions(symlinked=True)  # a symlinked partition dir is named among the failures
+    done = shares.map_shares(partial(_recover_share, store, full=args.full), locations, processes)
     results = [r for share, _ in done for r in share]
     failures = [f for _, share in done for f in share]
     if args.json:
@@ -327,7 +355,8 @@ def _retention_targets(args: argparse.Namespace, store: LogStore, *,
                        include_metadata: bool = False) -> list[PartitionLocation]:
     if getattr(args, "partition", None) is not None and getattr(args, "topic", None) is None:
         raise KafkaLogError("--partition needs --topic")
-    locations = store.partitions(getattr(args, "topic", None), getattr(args, "partition", None))
+    # A symlinked partition dir is a target too: its refusal (never followed) is an error entry of the plan.
+    locations = store.partitions(getattr(args, "topic", None), getattr(args, "partition", None), symlinked=True)
     if getattr(args, "topic", None) is not None and not locations:
         store.topic(args.topic)  # raises: no such topic
         raise KafkaLogError(f"partition {args.topic}-{args.partition} does not exist")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -336,3 +337,131 @@ def test_recover_drops_producer_snapshots_past_the_new_log_end(tmp_path: Path) -
     assert left == [s for s in snapshots if s <= 30] and len(left) < len(snapshots)
     assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
     assert run_cli("compact", "--log-dir", str(tmp_path), "--dry-run").code == 0
+
+
+# --- issue #35, item 7: a symlinked partition dir is named by every command, never followed --------------
+def test_a_symlinked_partition_dir_is_reported_by_every_command_and_never_followed(tmp_path: Path) -> None:
+    """Before: verify, status and retention left t-1 out without a word while topic t still had it."""
+    log_dir, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    _topic(log_dir, "retention.ms=3600000", "segment.bytes=1024", "index.interval.bytes=100", records=200,
+           timestamp_ms=int(time.time() * 1000) - 2 * HOUR_MS)
+    assert run_cli("topics", "create", "--log-dir", str(log_dir), "--topic", "u", "--partitions", "2").code == 0
+    elsewhere.mkdir()
+    shutil.move(log_dir / "u-1", elsewhere / "u-1")
+    (log_dir / "u-1").symlink_to(elsewhere / "u-1")
+    refusal = (f"{log_dir}/u-1: partition directory is a symlink to {elsewhere}/u-1; kafkalog does not follow it "
+               "into another directory (put the partition's directory itself in the log dir)")
+    outside = tree_digest(elsewhere)
+
+    verify = run_cli("verify", "--log-dir", str(log_dir))
+    assert verify.code == 1 and f"PROBLEM {refusal}" in verify.out.splitlines()
+    assert verify.out.endswith("FAILED (1 problems): 3 partitions, 20 batches, 200 records verified\n")
+
+    status = run_cli("status", "--log-dir", str(log_dir), "--json")
+    rows = {(r["topic"], r["partition"]): r for r in json.loads(status.out)["partitions"]}
+    assert status.code == 0 and sorted(rows) == [("t", 0), ("u", 0), ("u", 1)]
+    assert rows[("u", 1)]["quarantined"] and rows[("u", 1)]["blocked_by"] == [f"corrupt: {refusal}"]
+
+    code, plan = _plan(log_dir)
+    assert code == 1 and plan["errors"] == [{"topic": "u", "partition": 1, "error": refusal}]
+    assert [p["topic"] for p in plan["partitions"]] == ["t", "u"]  # type: ignore[index]
+
+    applied = run_cli("retention", "apply", "--log-dir", str(log_dir))
+    assert applied.code == 1 and applied.err == f"kafkalog: error: u-1: {refusal}\n"
+    assert list((log_dir / "t-0").glob("*.deleted"))  # the other partitions were maintained
+    for command in (["recover"], ["recover", "--full"]):
+        recovered = run_cli(*command, "--log-dir", str(log_dir))
+        assert recovered.code == 1 and recovered.err == f"kafkalog: error: u-1: {refusal}\n"
+    for command in (["consume", "--partition", "1"], ["produce", "--partition", "1"]):
+        done = run_cli(*command, "--log-dir", str(log_dir), "--topic", "u", stdin="x\n")
+        assert (done.code, done.err) == (1, f"kafkalog: error: {refusal}\n")
+    assert tree_digest(elsewhere) == outside  # not a lock file, not a mark, not a truncation there
+
+
+# --- issue #35, item 12: dump refuses what is not a regular file; a full disk leaves whole batches -------
+def test_dump_refuses_a_fifo_at_once(tmp_path: Path) -> None:
+    """Before: `kafkalog dump --files <FIFO>` blocked in open() until a writer came, forever."""
+    _topic(tmp_path, records=20)
+    fifo = tmp_path / "00000000000000000000.log"
+    os.mkfifo(fifo)
+    partition = tmp_path / "t-0"
+    os.mkfifo(partition / "00000000000000000100.log")  # the .log an index dump reads beside it
+    shutil.copy(partition / "00000000000000000000.index", partition / "00000000000000000100.index")
+    cases = {
+        str(fifo): f"kafkalog: error: {fifo}: not a regular file (a FIFO); kafkalog dump reads only regular files\n",
+        str(tmp_path): f"kafkalog: error: {tmp_path}: not a regular file (a directory); kafkalog dump reads only "
+                       "regular files\n",
+        # Met while dumping: Kafka's tool reports an error in a file it dumps in this form.
+        f"{partition}/00000000000000000100.index": f"Error dumping {partition}/00000000000000000100.index: "
+                                                   f"{partition}/00000000000000000100.log: not a regular file (a "
+                                                   "FIFO); kafkalog dump reads only regular files\n",
+    }
+    for files, message in cases.items():
+        done = subprocess.run([sys.executable, "-m", "kafkalog.cli", "dump", "--files", files],
+                              capture_output=True, text=True, timeout=60)
+        said = done.stdout.replace(f"Dumping {files}\n", "")  # an index's sibling is met after its name is printed
+        assert (done.returncode, said, done.stderr) == (1, "", message), files
+
+
+def _full_disk_lines() -> str:
+    return "".join(f"key-{i}:" + "v" * 100 + f"{i}\n" for i in range(3000))
+
+
+def test_a_full_disk_during_produce_leaves_whole_batches_and_says_what_landed(tmp_path: Path) -> None:
+    """On a 256 KiB tmpfs, 3,000 records of ~110 bytes in batches of 500 do not fit. Before: exit 1 with
+    "No space left on device", the records that fit plus a torn batch, and no word of which landed."""
+    mounted = tmp_path / "small"
+    mounted.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mounted)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        if os.environ.get("CI") == "true" and os.geteuid() == 0:
+            pytest.fail(f"cannot mount a tmpfs as root: {mount.stderr}")
+        pytest.skip(f"mounting a tmpfs is not permitted here: {mount.stderr.strip()}")
+    try:
+        log_dir = mounted / "logs"
+        assert run_cli("topics", "create", "--log-dir", str(log_dir), "--topic", "t").code == 0
+        done = run_cli("produce", "--log-dir", str(log_dir), "--topic", "t", "--key-separator", ":",
+                       "--partition", "0", stdin=_full_disk_lines())
+        segment = log_dir / "t-0" / "00000000000000000000.log"
+        said = re.fullmatch(rf"kafkalog: error: No space left on device: {segment}; (\d+) of 3000 records were "
+                            r"produced \(t-0 offsets 0-(\d+)\) and the rest were not; no partial batch was left\n",
+                            done.err)
+        assert done.code == 1 and said is not None, done.err
+        landed = int(said[1])
+        assert 0 < landed < 3000 and int(said[2]) == landed - 1 and landed % 500 == 0
+        assert run_cli("verify", "--log-dir", str(log_dir)).code == 0  # no torn batch
+        got = run_cli("consume", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--print-offset")
+        assert got.code == 0 and [int(line.split("\t")[0]) for line in got.out.splitlines()] == list(range(landed))
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+
+
+def test_a_short_write_then_enospc_is_cut_back_to_the_last_whole_batch(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same, injected: the disk takes the first batch, half the second (a short write), then nothing."""
+    assert run_cli("topics", "create", "--log-dir", str(tmp_path), "--topic", "t").code == 0
+    real_write = os.write
+    calls = []
+
+    def filling_disk(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, data)
+        if len(calls) == 2:
+            return real_write(fd, bytes(data)[:len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    segment = tmp_path / "t-0" / "00000000000000000000.log"
+    before = tree_digest(tmp_path)
+    monkeypatch.setattr(os, "write", filling_disk)
+    done = run_cli("produce", "--log-dir", str(tmp_path), "--topic", "t", "--key-separator", ":", "--partition", "0",
+                   stdin=_full_disk_lines())
+    monkeypatch.setattr(os, "write", real_write)
+    assert (done.code, done.err) == (1, f"kafkalog: error: No space left on device: {segment}; 500 of 3000 records "
+                                        "were produced (t-0 offsets 0-499) and the rest were not; no partial batch "
+                                        "was left\n")
+    assert run_cli("verify", "--log-dir", str(tmp_path)).code == 0
+    got = run_cli("consume", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0", "--print-offset")
+    assert [int(line.split("\t")[0]) for line in got.out.splitlines()] == list(range(500))
+    assert tree_digest(tmp_path) != before  # what landed stays: a retry appends the rest after it

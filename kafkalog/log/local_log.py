@@ -35,7 +35,14 @@ from kafkalog.errors import (
 )
 from kafkalog.format import batch as fmt
 from kafkalog.format.compression import CompressionType
-from kafkalog.format.scan import RecordColumns, find_backward_batch, find_corrupt_batch, scan_batches, scan_records
+from kafkalog.format.scan import (
+    BatchColumns,
+    RecordColumns,
+    find_backward_batch,
+    find_corrupt_batch,
+    scan_batches,
+    scan_records,
+)
 from kafkalog.log import checkpoint, names
 from kafkalog.log.config import BROKER_CONFIGS, LogConfig
 from kafkalog.log.index import MAX_INT
@@ -48,7 +55,7 @@ from kafkalog.log.producer_snapshot import (
     write_producer_snapshot,
 )
 from kafkalog.log.producer_state import ProducerState
-from kafkalog.log.segment import LogSegment, SegmentSettings, summarize_batch
+from kafkalog.log.segment import LogSegment, ScanEnd, SegmentSettings, summarize_batch
 from kafkalog.log.split import split_overflowed_segment
 from kafkalog.log.swap import mark_deleted
 
@@ -145,6 +152,8 @@ class LocalLog:
         topic_partition = names.parse_partition_dir_name(directory.name)
         if topic_partition is None:
             raise KafkaLogError(f"{directory}: not a partition directory (expected <topic>-<partition>)")
+        if directory.is_symlink():
+            raise names.symlinked_partition_dir(directory)
         with os.scandir(directory) as entries:
             for entry in entries:
                 try:
@@ -293,7 +302,13 @@ class LocalLog:
             state = carried.state
         else:
             state = self.producer_state_at(segment.base_offset)
-        cut = segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs)
+        # The log's last batch may be one a writer was tearing when it died, whatever a checkpoint says (Kafka's
+        # loader cuts it after a clean shutdown too); a segment a later one follows was complete when the log
+        # rolled, so an incomplete batch there is a torn write only past the recovery point, where a broker
+        # that crashed before flushing may have left one.
+        sealed = segment is not self._segments[-1]
+        cut = segment.recover(state, truncate_corrupt=truncate_corrupt, leader_epochs=leader_epochs,
+                              recovery_point=self.recovery_point if sealed else 0)
         return cut, _Carried(state, segment.read_next_offset())
 
     def _delete_segments_after(self, i: int, notes: list[str]) -> None:
@@ -653,8 +668,10 @@ class LocalLog:
         Offsets below the log start offset are never served. Control records are skipped. Readers
         take no lock: when retention or a swap renames a segment away under this reader, it reopens
         the partition and goes on from the next offset it has not served (a bounded number of times).
-        Offsets that do not increase (a damaged base offset, which no CRC covers) raise instead of
-        being served out of order.
+        A reader never skips records: at damage (a batch that fails its checks, offsets that do not
+        increase — no CRC covers a base offset —, or a segment that ends inside a batch) it serves the
+        records before it, then raises :class:`CorruptRecordError` naming the file, byte and offset.
+        Only the log's last segment may end inside a batch past the recovery point: a write in flight.
         """
         start = max(from_offset, self.log_start_offset)
         served = 0
@@ -670,7 +687,7 @@ class LocalLog:
                 return
             except FileNotFoundError:
                 log = LocalLog.open(self.directory, self.config, log_start_offset=self.log_start_offset,
-                                    read_only=True)
+                                    recovery_point=self.recovery_point, read_only=True)
                 start = max(start, log.log_start_offset)
         raise KafkaLogError(f"{self.directory}: its segments changed under the reader {READ_REOPENS} times in a row; "
                             "try again")
@@ -679,33 +696,112 @@ class LocalLog:
         """Records from ``start`` on, a chunk of a segment at a time: a reader that stops early (a
         ``--max-records``) reads, checks and decodes only the chunks it was served from."""
         previous_last = -1
+        last = len(self._segments) - 1
         for i, segment in enumerate(self._segments):
             # A segment ends where the next one begins: skipping needs no read. The last one is read from
             # its index entry below ``start``, which costs what finding its end would.
-            if i + 1 < len(self._segments) and self._segments[i + 1].base_offset <= start:
+            if i < last and self._segments[i + 1].base_offset <= start:
                 continue
-            _, position = segment.offset_index.lookup(start)
-            for chunk in segment.scan_chunks(position):
+            next_base = self._segments[i + 1].base_offset if i < last else None
+            for data, batches in self._sound_batches(segment, start, previous_last, next_base):
+                previous_last = int(batches.last_offset[-1])
+                records = scan_records(data, batches, where=f"{segment.log_path}: ")
+                control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
+                for row in np.flatnonzero((records.offset >= start) & ~control):
+                    yield records, int(row)
+
+    def _sound_batches(self, segment: LogSegment, start: int, previous_last: int,
+                       next_base: int | None) -> Iterator[tuple[bytes, BatchColumns]]:
+        """The batches of ``segment`` holding offsets ≥ ``start`` (those after ``previous_last``, the last
+        offset served), a chunk at a time, up to damage, which then raises :class:`CorruptRecordError`.
+
+        A batch is passed on only once the batch after it is seen: no CRC covers a base offset, so a
+        batch whose base offset was damaged upwards shows only as the next one going backwards, and
+        then neither is served. A segment's last batch is checked against the next segment's base
+        offset instead (``next_base``; None for the log's last segment, whose last batch nothing
+        follows)."""
+        _, position = segment.offset_index.lookup(start)
+        ends: list[ScanEnd] = []
+        held, held_at = b"", -1  # the previous chunk's last batch, not served yet, and its byte in the segment
+        for chunk in segment.scan_chunks(position, on_end=ends.append):
+            skip = 0
+            if not held:  # the batches before ``start`` (once past it, every batch is checked, in order)
                 wanted = np.flatnonzero(chunk.batches.last_offset >= start)
                 if not len(wanted):
                     continue
                 skip = int(chunk.batches.position[wanted[0]])
-                data = bytes(chunk.data[skip:chunk.batches.valid_end])  # the chunk buffer is read into again
-                batches = scan_batches(data)
-                at = chunk.position + skip
-                corrupt = find_corrupt_batch(data, batches, where=segment.where(at))
-                if corrupt is not None:
-                    raise CorruptRecordError(corrupt)
-                backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", at)
-                if backwards is not None:
-                    raise CorruptRecordError(f"{backwards}; `kafkalog recover --full` truncates the log there")
-                if len(batches):
-                    previous_last = int(batches.last_offset[-1])
-                records = scan_records(data, batches, where=f"{segment.log_path}: ")
-                control = (batches.attributes[records.batch_index] & fmt.CONTROL_MASK) != 0
-                rows = np.flatnonzero((records.offset >= start) & ~control)
-                for row in rows:
-                    yield records, int(row)
+            # One copy: the chunk buffer is read into again.
+            data = b"".join((held, chunk.data[skip:chunk.batches.valid_end]))
+            at = held_at if held else chunk.position + skip
+            batches = scan_batches(data)
+            damage = _first_damaged_batch(data, batches, previous_last, segment, at)
+            sound = len(batches) - 1 if damage is None else max(0, damage[0] - (1 if damage[2] else 0))
+            if sound:
+                served = _first_batches(batches, sound)
+                previous_last = int(served.last_offset[-1])
+                yield data, served
+            if damage is not None:
+                raise CorruptRecordError(damage[1])
+            held, held_at = data[int(batches.position[-1]):], at + int(batches.position[-1])
+        if held:
+            batches = scan_batches(held)
+            held_last = int(batches.last_offset[-1])
+            if next_base is not None and held_last >= next_base:
+                raise CorruptRecordError(
+                    f"{segment.log_path}: batch at byte {held_at} ends at offset {held_last}, not below the next "
+                    f"segment's base offset {next_base}; `kafkalog recover --full` truncates the log there")
+            previous_last = held_last
+            yield held, batches
+        if ends and ends[0].incomplete_bytes:
+            problem = self._cut_short(segment, ends[0], previous_last, is_last=next_base is None)
+            if problem is not None:
+                raise CorruptRecordError(problem)
+
+    def _cut_short(self, segment: LogSegment, end: ScanEnd, previous_last: int, *, is_last: bool) -> str | None:
+        """Why a reader may not go past a segment that ends inside a batch, or None when it may stop there
+        unseen: the log's last segment, past the recovery point, where a writer may be appending (the
+        high watermark is the end of the whole batches). Anywhere else the next segment would make
+        the reader skip records: the segment was cut short, or a length field was damaged."""
+        offset = max(previous_last + 1, segment.base_offset)
+        if len(end.head) >= 8:
+            offset = max(offset, int.from_bytes(end.head[:8], "big", signed=True))
+        if is_last and offset >= self.recovery_point:
+            return None
+        where = "below the recovery point, where every record was flushed whole" if is_last else \
+            "and a later segment follows"
+        return (f"{segment.log_path}: incomplete batch at byte {end.position} (offset {offset}): the segment ends "
+                f"{end.incomplete_bytes} bytes into it, {where}; the reader stops here rather than skip records "
+                "(`kafkalog verify` describes the damage)")
+
+
+def _first_batches(batches: BatchColumns, count: int) -> BatchColumns:
+    """The columns of the first ``count`` batches (views, not copies)."""
+    columns = {name: getattr(batches, name)[:count] for name in BatchColumns.__dataclass_fields__
+               if name != "valid_end"}
+    return BatchColumns(**columns, valid_end=int(batches.position[count - 1] + batches.size[count - 1]))
+
+
+def _first_damaged_batch(data: bytes, batches: BatchColumns, previous_last: int, segment: LogSegment,
+                         at: int) -> tuple[int, str, bool] | None:
+    """The first batch of ``data`` (read from byte ``at`` of ``segment``) that fails its checks or does not
+    follow the offset before it, what is wrong with it, and whether it went backwards (then the batch
+    before it may be the damaged one); None when all are sound (the usual case, checked for the whole
+    chunk at once)."""
+    corrupt = find_corrupt_batch(data, batches, where=segment.where(at))
+    backwards = find_backward_batch(batches, previous_last, f"{segment.log_path}: ", at)
+    if corrupt is None and backwards is None:
+        return None
+    advice = "; `kafkalog recover --full` truncates the log there"
+    for i in range(len(batches)):  # damage is rare: find its batch one at a time
+        one = scan_batches(data, int(batches.position[i]), int(batches.position[i] + batches.size[i]))
+        problem = find_corrupt_batch(data, one, where=segment.where(at))
+        if problem is not None:
+            return i, problem, False
+        problem = find_backward_batch(one, previous_last if i == 0 else int(batches.last_offset[i - 1]),
+                                      f"{segment.log_path}: ", at)
+        if problem is not None:
+            return i, problem + advice, True
+    return 0, corrupt if corrupt is not None else f"{backwards}{advice}", False  # the chunk, if no batch alone
 
 
 def _leader_epoch_cache(directory: Path) -> checkpoint.LeaderEpochFileCache:

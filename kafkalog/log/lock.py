@@ -21,9 +21,26 @@ from kafkalog.log import names
 
 
 @contextmanager
-def file_lock(path: Path, *, exclusive: bool = True, timeout_s: float = 30.0) -> Iterator[None]:
-    """Hold ``flock`` on ``path`` (created if missing); wait up to ``timeout_s`` (0: do not wait)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def file_lock(path: Path, *, exclusive: bool = True, timeout_s: float = 30.0,
+              follow_dir_symlink: bool = True) -> Iterator[None]:
+    """Hold ``flock`` on ``path`` (created if missing); wait up to ``timeout_s`` (0: do not wait).
+    Without ``follow_dir_symlink`` a directory that is a symlink is refused, not locked (nor written)
+    through: a partition's lock is taken before anything in it changes."""
+    if follow_dir_symlink:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    else:
+        try:
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ELOOP) and path.parent.is_symlink():
+                raise names.symlinked_partition_dir(path.parent) from None
+            raise
+        try:
+            fd = os.open(path.name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        except OSError as exc:  # named in full (a lock file that is a symlink is not followed either)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        finally:
+            os.close(dir_fd)
     try:
         deadline = time.monotonic() + timeout_s
         mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
@@ -45,14 +62,14 @@ def file_lock(path: Path, *, exclusive: bool = True, timeout_s: float = 30.0) ->
 
 
 def partition_lock(partition_dir: Path, *, timeout_s: float = 30.0) -> AbstractContextManager[None]:
-    """The exclusive lock of one partition directory."""
-    return file_lock(Path(partition_dir) / names.PARTITION_LOCK_FILE, timeout_s=timeout_s)
+    """The exclusive lock of one partition directory (refused for a symlinked one)."""
+    return file_lock(Path(partition_dir) / names.PARTITION_LOCK_FILE, timeout_s=timeout_s, follow_dir_symlink=False)
 
 
 def cleaner_lock(partition_dir: Path, *, timeout_s: float = 0.0) -> AbstractContextManager[None]:
     """Held by a cleaner for as long as its ``.cleaned``/``.swap`` files are in flight; whoever opens
     the partition for writing resolves such files (crash leftovers) only if it can take this lock."""
-    return file_lock(Path(partition_dir) / names.CLEANER_LOCK_FILE, timeout_s=timeout_s)
+    return file_lock(Path(partition_dir) / names.CLEANER_LOCK_FILE, timeout_s=timeout_s, follow_dir_symlink=False)
 
 
 def log_dir_lock(log_dir: Path, *, timeout_s: float = 30.0) -> AbstractContextManager[None]:

@@ -8,13 +8,14 @@ and ``partition.metadata``. Suffixes ``.deleted``, ``.cleaned`` and ``.swap`` ma
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkalog.errors import InvalidTopicError, UnknownFileError
+from kafkalog.errors import InvalidTopicError, LogDirError, UnknownFileError
 from kafkalog.log.config import validate_topic_name
 
 LOG_SUFFIX = ".log"
@@ -156,6 +157,18 @@ def not_a_regular_file(path: Path | str, mode: int) -> UnknownFileError:
     """The error for a partition file that is not a regular file (``mode`` from its ``lstat``)."""
     return UnknownFileError(f"{path}: not a regular file ({file_kind(mode)}); kafkalog reads and writes only "
                             "regular files in a partition directory (replace it with the file itself)")
+
+
+def symlinked_partition_dir(directory: Path | str) -> LogDirError:
+    """The error for a partition directory that is a symlink. kafkalog never follows one: its files lie
+    outside the log dir (or in another store's), where retention, a swap or a lock file would change
+    what this store does not own, and a reader would serve what no writer here appends to."""
+    try:
+        target = f" to {os.readlink(directory)}"
+    except OSError:
+        target = ""
+    return LogDirError(f"{directory}: partition directory is a symlink{target}; kafkalog does not follow it "
+                       "into another directory (put the partition's directory itself in the log dir)")
 
 
 def file_kind(mode: int) -> str:

@@ -1,13 +1,15 @@
 """One segment: a ``.log`` file and its offset, time and transaction indexes (``LogSegment``).
 
-Crash story: batches are appended to the ``.log`` with one ``write`` each; index entries follow the
-data they point at, so after a crash an index can only lag or carry a torn last entry, and
-:meth:`LogSegment.recover` (spec §11.5) rebuilds all three indexes from the ``.log`` and truncates a
-torn or corrupt tail. Nothing before the first invalid batch is ever dropped.
+Crash story: batches are appended to the ``.log`` whole (a write that a full disk stops part way is
+cut back to the batch's start, ``_write_whole``); index entries follow the data they point at, so
+after a crash an index can only lag or carry a torn last entry, and :meth:`LogSegment.recover` (spec
+§11.5) rebuilds all three indexes from the ``.log`` and truncates a torn or corrupt tail. Nothing
+before the first invalid batch is ever dropped.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +55,20 @@ class Chunk(NamedTuple):
     data: memoryview
     batches: BatchColumns
     position: int
+
+
+class ScanEnd(NamedTuple):
+    """Where ``LogSegment.scan_chunks`` stopped: the end of its complete entries, the file's size then,
+    and the first bytes (up to a batch's offset and length) of what lies past that end."""
+
+    position: int
+    file_size: int
+    head: bytes
+
+    @property
+    def incomplete_bytes(self) -> int:
+        """The bytes past the complete entries: 0 at the end of the file, else an incomplete entry."""
+        return max(0, self.file_size - self.position)
 
 
 class LogSegment:
@@ -107,10 +123,13 @@ class LogSegment:
         """The prefix of a message about this segment's bytes from ``position`` on."""
         return f"{self.log_path} (from byte {position}): " if position else f"{self.log_path}: "
 
-    def scan_chunks(self, start: int = 0, chunk_bytes: int = 8 << 20) -> Iterator[Chunk]:
+    def scan_chunks(self, start: int = 0, chunk_bytes: int = 8 << 20,
+                    on_end: Callable[[ScanEnd], None] | None = None) -> Iterator[Chunk]:
         """``scan`` a chunk of complete entries at a time, every chunk read into the same buffer:
         memory stays bounded by the chunk (or the largest entry), not the segment. Each chunk's data
-        is valid until the next one is read. An incomplete entry at the end just ends the scan."""
+        is valid until the next one is read. An incomplete entry at the end just ends the scan;
+        ``on_end`` is then told where the complete entries ended, in the file this scan read (a
+        reader that may not skip records must tell a torn tail from a segment cut short)."""
         buffer = bytearray(chunk_bytes)
         with open(self.log_path, "rb") as f:
             position = start
@@ -120,16 +139,17 @@ class LogSegment:
                 view = memoryview(buffer)[:read]
                 batches = scan_batches(view, where=self.where(position))
                 if not len(batches):
-                    if read < len(buffer):
-                        return  # the end of the file, or a torn last entry
-                    # The buffer holds only the start of an entry: a larger one, unless that entry
-                    # claims to reach past the end of the file (torn).
-                    needed = fmt.LOG_OVERHEAD + int.from_bytes(view[8:12], "big") if read >= fmt.LOG_OVERHEAD \
-                        else 2 * fmt.LOG_OVERHEAD
-                    if needed <= len(buffer) or needed > os.fstat(f.fileno()).st_size - position:
-                        return
-                    buffer = bytearray(needed)
-                    continue
+                    if read >= len(buffer):
+                        # The buffer holds only the start of an entry: a larger one, unless that entry
+                        # claims to reach past the end of the file (torn).
+                        needed = fmt.LOG_OVERHEAD + int.from_bytes(view[8:12], "big") \
+                            if read >= fmt.LOG_OVERHEAD else 2 * fmt.LOG_OVERHEAD
+                        if needed <= os.fstat(f.fileno()).st_size - position and needed > len(buffer):
+                            buffer = bytearray(needed)
+                            continue
+                    if on_end is not None:  # the end of the file, or an incomplete entry
+                        on_end(ScanEnd(position, os.fstat(f.fileno()).st_size, bytes(view[:fmt.LOG_OVERHEAD])))
+                    return
                 yield Chunk(view, batches, position)
                 position += batches.valid_end
 
@@ -215,7 +235,7 @@ class LogSegment:
             )
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, records)
+            _write_whole(fd, records, physical_position, self.log_path)
         finally:
             os.close(fd)
         if largest_timestamp > self.max_timestamp_so_far:
@@ -257,7 +277,7 @@ class LogSegment:
 
     # --- recovery and truncation ---------------------------------------------------------------
     def recover(self, producer_state: ProducerState | None = None, *, truncate_corrupt: bool = True,
-                leader_epochs: LeaderEpochFileCache | None = None) -> int:
+                leader_epochs: LeaderEpochFileCache | None = None, recovery_point: int = 0) -> int:
         """Rebuild every index from the ``.log`` and cut it at the first invalid batch (§11.5).
 
         ``producer_state`` is the partition's producer state at this segment's base offset (Kafka's
@@ -266,8 +286,11 @@ class LogSegment:
         segment's batches. ``leader_epochs`` is the partition's epoch cache: each valid v2 batch whose
         partition leader epoch is greater than the latest starts that epoch, as on append (a cache
         lost or behind the log gets its entries back). Returns the number of bytes truncated. With
-        ``truncate_corrupt=False`` only an incomplete last batch (a torn write) may be cut; a complete
-        batch that fails its checks raises :class:`CorruptRecordError` before anything is changed.
+        ``truncate_corrupt=False`` only an incomplete last batch (a torn write) may be cut, and only where
+        the whole batches before it reach ``recovery_point`` (the caller's for a sealed segment): every
+        record below it was flushed whole, so an incomplete batch there is damage, not a write a crash
+        tore. A complete batch that fails its checks, or such damage, raises :class:`CorruptRecordError`
+        before anything is changed.
         Valid batches beyond the base offset + ``MAX_INT`` raise :class:`OffsetOverflowError`, also
         before anything is changed.
         """
@@ -281,6 +304,14 @@ class LogSegment:
                 "changed (run `kafkalog recover` to truncate the log there, as Kafka's recovery would)"
             )
         batches = scan_batches(data, 0, valid_bytes)
+        valid_end_offset = int(batches.last_offset[-1]) + 1 if len(batches) else self.base_offset
+        if not truncate_corrupt and valid_bytes < len(data) and valid_end_offset < recovery_point:
+            raise CorruptRecordError(
+                f"{where}incomplete batch at byte {valid_bytes} (offset {valid_end_offset}), below the recovery "
+                f"point {recovery_point}: the records there were flushed whole, so this is damage, not a torn "
+                "write; nothing was changed (`kafkalog recover --full` truncates the log there, as Kafka's "
+                "recovery would; what follows is lost)"
+            )
         beyond = np.flatnonzero(batches.last_offset - self.base_offset > MAX_INT)
         if len(beyond):  # valid records the index cannot address: the loader splits the segment
             raise OffsetOverflowError(
@@ -385,6 +416,26 @@ class LogSegment:
 
     def files(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path, self._txn_index.path]
+
+
+def _write_whole(fd: int, data: bytes, position: int, path: Path) -> None:
+    """Append all of ``data`` to the file at ``position`` (its size), or nothing: a write that stops
+    part way (a full disk: a short write, then ENOSPC) is cut back to ``position``, so the log ends at
+    its last whole batch, as recovery would leave it, and the error names the file."""
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(view):
+            n = os.write(fd, view[written:])
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written += n
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, position)
+        except OSError:
+            pass  # left for the next load: a torn last batch past the recovery point is cut there
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def _valid_prefix(data: bytes, base_offset: int, where: str) -> int:

@@ -130,7 +130,7 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
     # Every file is reached through the directory's descriptor: the kernel resolves one name per
     # call instead of the whole path, and that path walk is most of what a stat or an open of a
     # small file costs.
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    dir_fd = _open_partition_dir(directory)
     try:
         return _snapshot(dir_fd, directory, log_dir, topic, partition, config, checkpoints, now_ms)
     finally:
@@ -216,6 +216,17 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
 
 
 _UNREAD_FIELDS = len(SegmentSnapshot._fields) - 2  # all but base_offset and next_offset
+
+
+def _open_partition_dir(directory: Path | str) -> int:
+    """A descriptor of the partition directory, which must not be a symlink (``O_NOFOLLOW``: no extra
+    call on the way; only a refusal asks why)."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and os.path.islink(directory):
+            raise names.symlinked_partition_dir(directory) from None
+        raise
 
 
 def _regular_file_names(dir_fd: int, directory: str) -> list[str]:
@@ -407,7 +418,7 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
     """
     present: set[str] = set()
     logs: list[str] = []
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    dir_fd = _open_partition_dir(directory)
     try:
         for name in os.listdir(dir_fd):
             if name in names.PARTITION_FILES or name.endswith(names.DELETED_SUFFIX):

@@ -88,19 +88,49 @@ def configured_broker_file(given: str | None, environ: Mapping[str, str] = os.en
     return given or environ.get("KAFKALOG_CONFIG") or None
 
 
+def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = False) -> list[Path]:
+    """The log dirs as a store uses them, each resolved (symlinks and ``..``), or ``LogDirError`` naming
+    the first that cannot be one, before anything is written: none given, an empty name, a symlink loop,
+    one listed twice, one inside another (a log dir's topics file and new partitions would be written
+    into the other's tree, and its partitions taken for the other's files), or one that is not a
+    directory. A missing one is made with ``create_missing`` (``topics create``, as a broker makes its
+    log dirs at start), else refused. Every driver makes its store here: the CLI, the pipeline, the
+    Spark job and the UI refuse the same dirs with the same words."""
+    if not log_dirs:
+        raise LogDirError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
+    resolved: list[Path] = []
+    for given in log_dirs:
+        if not str(given).strip():
+            raise LogDirError("a log directory is named by an empty string: name a directory")
+        try:
+            resolved.append(Path(given).resolve())
+        except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
+            raise LogDirError(f"log directory {given} cannot be resolved ({exc})") from None
+    if len(set(resolved)) != len(resolved):
+        raise LogDirError(f"a log directory is listed twice: {', '.join(map(str, log_dirs))}")
+    for inner, inner_path in zip(log_dirs, resolved, strict=True):
+        for outer, outer_path in zip(log_dirs, resolved, strict=True):
+            if outer_path in inner_path.parents:
+                raise LogDirError(f"log directory {_as_given(inner, inner_path)} is inside log directory "
+                                  f"{_as_given(outer, outer_path)}: log dirs must not contain one another (one's "
+                                  "topics file and partitions would be written into the other's)")
+    for log_dir in resolved:
+        if create_missing and not os.path.lexists(log_dir):
+            log_dir.mkdir(parents=True, exist_ok=True)
+        if not log_dir.is_dir():
+            raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
+    return resolved
+
+
+def _as_given(given: Path | str, resolved: Path) -> str:
+    """A log dir as the user named it, and where it resolves to when that is elsewhere."""
+    return str(given) if Path(given) == resolved else f"{given} ({resolved})"
+
+
 class LogStore:
     def __init__(self, log_dirs: Sequence[Path | str], broker: BrokerConfig | None = None,
                  *, create_missing: bool = False) -> None:
-        if not log_dirs:
-            raise LogDirError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
-        self.log_dirs = [Path(d).resolve() for d in log_dirs]
-        if len(set(self.log_dirs)) != len(self.log_dirs):
-            raise LogDirError(f"a log directory is listed twice: {', '.join(map(str, log_dirs))}")
-        for log_dir in self.log_dirs:
-            if create_missing:
-                log_dir.mkdir(parents=True, exist_ok=True)
-            if not log_dir.is_dir():
-                raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
+        self.log_dirs = resolve_log_dirs(log_dirs, create_missing=create_missing)
         self.broker = broker if broker is not None else BrokerConfig.from_properties({})
         self._topics: dict[str, TopicInfo] | None = None
         self._registered: dict[str, TopicInfo] | None = None
@@ -244,7 +274,7 @@ class LogStore:
         with the mark time first: ``file.delete.delay.ms`` runs from it, as for ``.deleted`` files."""
         directory = location.directory
         if directory.is_symlink():
-            raise LogDirError(f"{directory}: partition directory is a symlink; not deleted through it")
+            raise names.symlinked_partition_dir(directory)
         target = location.log_dir / delete_dir_name(location.topic_partition)
         with cleaner_lock(directory, timeout_s=lock_timeout_s), partition_lock(directory, timeout_s=lock_timeout_s):
             os.utime(directory, ns=(mark_time_ms * 1_000_000, mark_time_ms * 1_000_000))
@@ -277,14 +307,19 @@ class LogStore:
         return sorted(out, key=lambda item: item[1].name)
 
     # --- partitions ----------------------------------------------------------------------------
-    def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLocation]:
-        """Every ``<topic>-<partition>`` directory, across log dirs, sorted; none of a topic being deleted."""
+    def partitions(self, topic: str | None = None, partition: int | None = None, *,
+                   symlinked: bool = False) -> list[PartitionLocation]:
+        """Every ``<topic>-<partition>`` directory, across log dirs, sorted; none of a topic being deleted.
+
+        With ``symlinked``, a symlink so named is listed too, never followed: whatever opens a partition
+        refuses a symlinked one (``names.symlinked_partition_dir``), so a command that lists them names
+        each (``verify``, ``status``, retention, ``recover``) instead of leaving it out without a word."""
         self._registry()
         deleting = self._deleting or {}
         out: list[PartitionLocation] = []
         for log_dir in self.log_dirs:
             for entry in os.scandir(log_dir):
-                if not entry.is_dir(follow_symlinks=False):
+                if not entry.is_dir(follow_symlinks=False) and not (symlinked and entry.is_symlink()):
                     continue
                 tp = names.parse_partition_dir_name(entry.name)
                 if tp is None or (topic is not None and tp.topic != topic) or tp.topic in deleting:
@@ -303,7 +338,7 @@ class LogStore:
         return out
 
     def locate(self, topic: str, partition: int) -> PartitionLocation:
-        found = self.partitions(topic, partition)
+        found = self.partitions(topic, partition, symlinked=True)  # a symlinked one is refused where it is opened
         if not found:
             raise InvalidTopicError(f"partition {topic}-{partition} does not exist in {self._dirs_text()}")
         return found[0]

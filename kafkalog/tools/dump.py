@@ -22,6 +22,7 @@ import base64
 import json
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from kafkalog.format.batch import (
 from kafkalog.format.compression import CompressionType
 from kafkalog.format.crc import crc32, crc32c
 from kafkalog.format.scan import BatchColumns, RecordColumns, scan_batches, scan_records
+from kafkalog.log.names import file_kind
 from kafkalog.log.producer_snapshot import ProducerSnapshotEntry, format_snapshot_dump_line
 from kafkalog.log.txn_index import AbortedTxn, format_dump_line
 
@@ -94,7 +96,11 @@ def dump_files(
     verify_index_only: bool = False, index_sanity_check: bool = False, max_message_size: int = 5242880,
     max_bytes: int = MAX_INT, skip_record_metadata: bool = False, out: TextIO, err: TextIO,
 ) -> int:
-    """Print ``kafka-dump-log --files <paths>``; return 0, or 1 where Kafka's tool would throw."""
+    """Print ``kafka-dump-log --files <paths>``; return 0, or 1 where Kafka's tool would throw. A path
+    that is not a regular file (a FIFO, whose open would wait for a writer forever; a directory; a
+    device) is refused before anything is printed."""
+    for path in paths:
+        _check_regular(path, os.stat(path).st_mode if os.path.exists(path) else None)
     opts = _Options(print_data_log, deep_iteration or print_data_log, verify_index_only,
                     index_sanity_check, max_message_size, max_bytes, skip_record_metadata)
     reports: _Reports = {kind: {} for kind, *_ in _REPORTS}
@@ -536,7 +542,7 @@ def _sanity(ok: bool, message: str) -> None:
 def _dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
     """``ProducerStateManager.readSnapshot``: its checks in its order and its messages, which Kafka prints
     to stderr before going on. Bytes after the last entry are ignored, as Kafka ignores them."""
-    data = path.read_bytes()
+    data = _read_bytes(path)
     schema_error = _snapshot_schema_error(data)
     if schema_error is not None:
         err.write(f"Snapshot failed schema validation: {schema_error}\n")
@@ -568,7 +574,7 @@ def _snapshot_schema_error(data: bytes) -> str | None:
 def _dump_txn_index(path: Path, out: TextIO) -> None:
     """``TransactionIndex.allAbortedTxns``: a missing file has none, a partial last entry is skipped."""
     _java_long(path.name.split(".")[0])
-    data = path.read_bytes() if path.exists() else b""
+    data = _read_bytes(path) if path.exists() else b""
     for pos in range(0, len(data) - 33, 34):
         version = struct.unpack_from(">b", data, pos)[0]  # Kafka reads one byte of the int16
         if version > 0:
@@ -607,15 +613,27 @@ def _slice(cols: BatchColumns, a: int, b: int) -> BatchColumns:
     return BatchColumns(**{name: getattr(cols, name)[a:b] for name in _BATCH_FIELDS}, valid_end=valid_end)
 
 
+def _check_regular(path: Path, mode: int | None) -> None:
+    if mode is not None and not stat.S_ISREG(mode):
+        raise KafkaLogError(f"{path}: not a regular file ({file_kind(mode)}); kafkalog dump reads only regular files")
+
+
 def _read(path: Path) -> tuple[bytearray, int]:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        arr = bytearray(size + _PAD)
-        return arr, f.readinto(memoryview(arr)[:size]) or 0
+    # O_NONBLOCK: a FIFO (given, or the sibling .log of an index) is refused at once, not waited on.
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+        info = os.fstat(f.fileno())
+        _check_regular(path, info.st_mode)
+        arr = bytearray(info.st_size + _PAD)
+        return arr, f.readinto(memoryview(arr)[:info.st_size]) or 0
+
+
+def _read_bytes(path: Path) -> bytes:
+    arr, length = _read(path)
+    return bytes(arr[:length])
 
 
 def _read_index(path: Path, dtype: np.dtype[Any]) -> tuple[np.ndarray[Any, Any], int]:
-    raw = path.read_bytes()
+    raw = _read_bytes(path)
     return np.frombuffer(raw[:len(raw) - len(raw) % dtype.itemsize], dtype=dtype), len(raw)
 
 

@@ -21,7 +21,9 @@ from kafkalog.policy.retention import plan_retention
 def status_rows(store: LogStore, now_ms: int, *, processes: int = 1) -> list[dict[str, Any]]:
     """A row per partition, in partition order; with ``processes`` > 1 the partitions are read across
     this process and forked ones (:func:`kafkalog.log.shares.map_shares`), with the same rows."""
-    shares = map_shares(partial(_status_rows, store, now_ms=now_ms), store.partitions(), processes)
+    # A symlinked partition dir is listed, quarantined with the reason, and never followed.
+    locations = store.partitions(symlinked=True)
+    shares = map_shares(partial(_status_rows, store, now_ms=now_ms), locations, processes)
     return [row for rows in shares for row in rows]
 
 

@@ -66,7 +66,7 @@ def verify_store(store: LogStore, topic: str | None = None, partition: int | Non
     if topic is None:
         for log_dir in store.log_dirs:
             report.problems += _verify_log_dir_files(log_dir)
-    locations = store.partitions(topic, partition)
+    locations = store.partitions(topic, partition, symlinked=True)  # a symlinked one is reported, not followed
     if topic is not None and not locations:
         store.locate(topic, partition if partition is not None else 0)  # raises a clear error
     for location in locations:
@@ -152,6 +152,24 @@ def _torn_bytes(segment: LogSegment, end: int) -> int:
     return 0 if fmt.MIN_ENTRY_LENGTH <= length <= size - end - fmt.LOG_OVERHEAD else max(0, size - end)
 
 
+def _incomplete_batch_advice(segment: LogSegment, end: int, is_active: bool) -> str:
+    """What repairs an incomplete batch at byte ``end``. ``kafkalog recover``, like Kafka's loader after a
+    clean shutdown, reads only the active segment's bytes after its last offset-index entry (reading
+    every segment would make it read the whole store), so it cuts a torn write there and nothing else:
+    a segment a later one follows, or an incomplete batch before that entry, is damage that only
+    ``recover --full`` (which re-validates every segment) truncates."""
+    if is_active:
+        try:
+            _, last_entry = segment.offset_index.lookup(1 << 62)
+        except KafkaLogError:
+            last_entry = end + 1  # an index recovery cannot use: say what always works
+        if last_entry <= end:
+            return "a torn write; `kafkalog recover` truncates it"
+    where = "in the active segment" if is_active else "in a segment a later one follows"
+    return (f"{where}: damage, not a write in progress; `kafkalog recover --full` truncates the log there, as "
+            "Kafka's recovery would; what follows is lost")
+
+
 class _Batches(NamedTuple):
     """The header columns the index checks need, for the whole segment (positions from its start)."""
 
@@ -225,12 +243,12 @@ def _verify_segment(segment: LogSegment, previous_last: int, is_active: bool, re
         columns.append((batches.position + chunk_at, bases, lasts, batches.max_timestamp))
     torn = _torn_bytes(segment, end)
     report.bytes += end + torn
-    if torn:
-        report.problems.append(f"{where}{torn} bytes of an incomplete batch at byte {end} (a torn write; "
-                               "`kafkalog recover` truncates it)")
     # The files as they are on disk: a read-only open puts an unusable index aside in memory, but the
     # file itself is what a broker (or the next writing command) would meet. Its indexes are read here.
     on_disk = LogSegment(segment.directory, segment.base_offset, segment.settings, suffix=segment.suffix)
+    if torn:
+        report.problems.append(f"{where}{torn} bytes of an incomplete batch at byte {end} "
+                               f"({_incomplete_batch_advice(on_disk, end, is_active)})")
     arrays = [np.concatenate(c) for c in zip(*columns, strict=True)] if columns else [np.empty(0, np.int64)] * 4
     whole = _Batches(arrays[0], arrays[1], arrays[2], arrays[3], end, max(on_disk.size, end) if is_active else end)
     _verify_offset_index(on_disk, whole, report)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from kafkalog.errors import InvalidOffsetError, KafkaLogError, RecordBatchTooLargeError
+from kafkalog.errors import CorruptRecordError, InvalidOffsetError, KafkaLogError, RecordBatchTooLargeError
 from kafkalog.format import batch as fmt
 from kafkalog.log import names
 from kafkalog.log.checkpoint import read_leader_epoch_checkpoint
@@ -611,13 +611,21 @@ def test_a_segment_cut_while_its_missing_index_is_rebuilt_keeps_the_segments_aft
         tmp_path: Path, recovery_point: int) -> None:
     """A segment whose offset index is missing is recovered while Kafka's loader lists the segments
     (``loadSegmentFiles``), which deletes nothing after it, past the recovery point or not; the later
-    segments past it are recovered each on its own."""
+    segments past it are recovered each on its own. Below the recovery point the cut batch was flushed
+    whole: not a torn write, so a writer's open refuses it, changing nothing, and only recovery cuts it."""
     d = partition_dir(tmp_path)
     _one_batch_segments(d, 5)
     log_file = names.log_file(d, 2)
     os.truncate(log_file, log_file.stat().st_size - 3)
     names.index_file(d, 2).unlink()
-    log = LocalLog.open(d, config(), recovery_point=recovery_point)
+    flushed = recovery_point > 2
+    if flushed:
+        before = dir_digest(d)
+        with pytest.raises(CorruptRecordError, match=r"00000000000000000002.log: incomplete batch at byte 0 "
+                                                     r"\(offset 2\), below the recovery point 5"):
+            LocalLog.open(d, config(), recovery_point=recovery_point)
+        assert dir_digest(d) == before
+    log = LocalLog.open(d, config(), recovery_point=recovery_point, truncate_corrupt=flushed)
     assert bases(log) == [0, 1, 2, 3, 4, 5] and log.log_end_offset == 5
     assert [r[0] for r in all_records(log)] == [0, 1, 3, 4]
     assert log.load_report.recovered_segments == ((2, 3, 4, 5) if recovery_point == 2 else (2,))

@@ -96,8 +96,23 @@ def plan_retention(store: Any, locations: Sequence[Any], now_ms: int, *, process
     (:func:`kafkalog.log.shares.map_shares`); the document is the one a single process makes."""
     shares = map_shares(partial(_plan_retention_share, store, now_ms=now_ms), list(locations), processes)
     return {"version": PLAN_VERSION, "kind": RETENTION_PLAN_KIND, "now_ms": now_ms,
+            "log_dirs": [str(d) for d in store.log_dirs],
             "partitions": [doc for planned, _ in shares for doc in planned],
             "errors": [doc for _, failed in shares for doc in failed]}
+
+
+def check_plan_store(store: Any, plan: Doc) -> None:
+    """A plan names the store it was made for (its log dirs, and each partition's): carried out on
+    another, it would mark that store's files. Refused whole, before anything changes."""
+    ours = {Path(d).resolve() for d in store.log_dirs}
+    named = plan.get("log_dirs")
+    if named is not None and {Path(d).resolve() for d in named} != ours:
+        raise PlanError(f"the plan was made for log dirs {', '.join(named)}, not "
+                        f"{', '.join(map(str, store.log_dirs))}; nothing applied (make the plan on this store)")
+    for doc in plan["partitions"]:
+        if doc["segments"] and Path(doc["log_dir"]).resolve() not in ours:
+            raise PlanError(f"the plan's {doc['topic']}-{doc['partition']} is in log dir {doc['log_dir']}, which is "
+                            f"not one of {', '.join(map(str, store.log_dirs))}; nothing applied")
 
 
 def _plan_retention_share(store: Any, locations: Sequence[Any], *, now_ms: int) -> tuple[list[Doc], list[Doc]]:
@@ -136,6 +151,7 @@ def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = 
     and when its files are due for deletion (``due_ms``: the mark time plus the topic's
     ``file.delete.delay.ms``), and the newest mark time (the wall clock the wait counts from). A
     partition whose lock another process holds for ``lock_timeout_s`` is an error marked ``locked``."""
+    check_plan_store(store, plan)
     applied: list[Doc] = []
     errors: list[Doc] = []  # the plan's own errors stay the plan's
     newest_mark_ms: int | None = None

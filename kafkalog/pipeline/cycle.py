@@ -226,6 +226,7 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
                     shard_partitions: int = SHARD_PARTITIONS, max_shards: int = MAX_SHARDS) -> Doc:
     """Start a cycle: write ``cycle.json``, finish interrupted swaps and topic deletions, list the
     partitions (not the KRaft metadata log) and write them as shards balanced by bytes."""
+    from kafkalog.log import names
     from kafkalog.log.store import METADATA_TOPICS
 
     run_dir = start_cycle(run_dir, settings)
@@ -242,9 +243,13 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
             errors += [{"topic": report.topic, "partition": None, "error": f"topic delete: {f}"}
                        for f in report.failures]
     inventory: list[PartitionInventory] = []
-    for location in store.partitions():
+    for location in store.partitions(symlinked=True):
         tp = location.topic_partition
         if tp.topic in METADATA_TOPICS or (settings.topics is not None and tp.topic not in settings.topics):
+            continue
+        if location.directory.is_symlink():  # named, never followed (``names.symlinked_partition_dir``)
+            errors.append(plans.error_entry(tp.topic, tp.partition, str(names.symlinked_partition_dir(
+                location.directory))))
             continue
         try:
             inventory.append(_inventory(location))

@@ -147,3 +147,23 @@ def test_sweep_by_topic_and_the_cli_compact_refusal(tmp_path: Path) -> None:
     assert list((log_dir / f"{EVENTS}-0").glob("*.deleted")) and not list((log_dir / f"{SESSIONS}-0").glob("*.deleted"))
     refused = run_cli("compact", "--log-dir", str(log_dir), "--topic", EVENTS)
     assert refused.code == 1 and "cleanup.policy=delete: only a compacted topic" in refused.err
+
+
+def test_a_symlinked_partition_dir_is_named_by_the_scan_and_never_followed(tmp_path: Path) -> None:
+    """A partition dir that is a symlink (into another directory, perhaps another store's) is not
+    maintained and not left out without a word: the scan names it as failed, so the report does."""
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir, run_dir, outside = tmp_path / "logs", tmp_path / "run", tmp_path / "outside"
+    build_store(log_dir, now_ms, file_delete_delay_ms=0)
+    (log_dir / f"{EVENTS}-1").rename(outside)
+    (log_dir / f"{EVENTS}-1").symlink_to(outside, target_is_directory=True)
+    before = tree_digest(outside)
+    scan = cycle.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=2)
+    assert scan["partitions"] == 4
+    [error] = scan["errors"]
+    assert (error["topic"], error["partition"]) == (EVENTS, 1)
+    assert error["error"].startswith(f"{log_dir / f'{EVENTS}-1'}: partition directory is a symlink to {outside}")
+    for shard in scan["shards"]:
+        cycle.mark_shard(run_dir, cycle.plan_retention_shard(run_dir, shard["path"])["plan"])
+    assert tree_digest(outside) == before
+    assert f"{EVENTS}-1" in {f"{f['topic']}-{f['partition']}" for f in cycle.summarize(run_dir)["failed"]}

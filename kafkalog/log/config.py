@@ -11,7 +11,9 @@ Precedence: topic override > broker chain (first key present wins, e.g. ``log.re
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -327,6 +329,23 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", one, text, flags=re.DOTALL)
 
 
+def read_regular_text(path: str | Path) -> str:
+    """The UTF-8 text of a file a user names (a broker file, a plan), refused at once unless it is a
+    regular file: opening a FIFO would wait for a writer forever, and a device may never end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device or socket"
+        raise NotARegularFileError(f"not a regular file ({kind})")
+    with open(fd, "rb") as f:
+        return f.read().decode("utf-8")
+
+
+class NotARegularFileError(OSError):
+    """A file kafkalog reads whole is a FIFO, a directory or a device."""
+
+
 # --- broker and topic config objects --------------------------------------------------------------
 
 
@@ -393,7 +412,7 @@ class BrokerConfig:
         if path is None:
             return cls.from_properties({})
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = read_regular_text(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read broker config file {path}: {exc}") from exc
         try:

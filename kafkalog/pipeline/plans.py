@@ -62,8 +62,10 @@ def write_json(path: Path | str, doc: Doc) -> None:
 
 
 def read_json(path: Path | str) -> Doc:
+    from kafkalog.log.config import read_regular_text
+
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_regular_text(path))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise PlanError(f"cannot read {path}: {exc}") from None
     if not isinstance(doc, dict):
@@ -269,8 +271,6 @@ def _is_offset(value: Any) -> bool:
 def read_compaction_plan(path: Path | str) -> Doc:
     """A compaction plan file, checked: version, kind, every selected range well formed and unique, and
     every checkpoint reset a topic, a partition and an offset."""
-    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the reader, a device never end
-        raise PlanError(f"{path}: not a regular file; a compaction plan is a JSON file")
     doc = read_plan(path, COMPACTION_PLAN_KIND)
     seen: set[tuple[str, int]] = set()
     for i, entry in enumerate(doc["selected"]):

@@ -1,0 +1,45 @@
+"""Files a user names for kafkalog to read whole — a broker file (``--config-file``), a plan
+(``retention apply --plan``) — are refused at once unless they are regular files, with one line and
+nothing changed (issue #35: a FIFO blocked the reader forever; a directory or a device is no file)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, tree_digest
+
+HOSTILE = {
+    "a FIFO": lambda base: _fifo(base / "fifo"),
+    "a directory": lambda base: base,
+    "a partition dir": lambda base: base / "logs" / "t-0",
+    "a device": lambda base: Path("/dev/null"),
+}
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _kafkalog(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own: a read that blocks fails the timeout instead of the test run."""
+    return subprocess.run([sys.executable, "-m", "kafkalog.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("option", ["--config-file", "--plan"])
+def test_an_input_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, option: str, kind: str) -> None:
+    logs = tmp_path / "logs"
+    assert run_cli("topics", "create", "--log-dir", str(logs), "--topic", "t").code == 0
+    path = HOSTILE[kind](tmp_path)
+    before = tree_digest(logs)
+    args = ["retention", "apply", "--log-dir", str(logs), option, str(path)]
+    done = _kafkalog(*args)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    expected = "not a regular file" if kind != "a device" else "not a regular file (a device or socket)"
+    assert str(path) in done.stderr and expected in done.stderr, done.stderr
+    assert tree_digest(logs) == before

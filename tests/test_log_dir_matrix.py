@@ -1,6 +1,6 @@
 """Log dirs that cannot be log dirs (issue #35, item 5): every command that takes ``--log-dir`` × a log dir
-nested inside another, one containing another, one listed twice, a file, a missing one and a symlink
-loop → refused with one line naming it, nothing changed. ``--log-dir D --log-dir D/t-0`` used to write
+nested inside another, one containing another, one listed twice, the filesystem root, a file, a missing
+one and a symlink loop → refused with one line naming it, nothing changed. ``--log-dir D --log-dir D/t-0`` used to write
 the topics file and new partitions into partition t-0.
 
 The check is where a store is made (``kafkalog.log.store.resolve_log_dirs``), so the pipeline and the
@@ -55,6 +55,8 @@ def _layout(root: Path) -> dict[str, tuple[list[str], str]]:
         "listed twice": ([str(store), str(root / "same")],
                          f"a log directory is listed twice: {store}, {root}/same"),
         "a file": ([str(segment)], f"log directory {segment} does not exist or is not a directory"),
+        "the filesystem root": (["/"], "log directory / is the filesystem root: every top-level directory would "
+                                       "be taken for a partition; name a directory of its own"),
         "missing": ([str(root / "missing")], f"log directory {root}/missing does not exist or is not a directory"),
         "a symlink loop": ([str(root / "loop1")],
                            f"log directory {root}/loop1 cannot be resolved (Symlink loop from '{root}/loop1')"),

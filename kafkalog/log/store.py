@@ -91,10 +91,10 @@ def configured_broker_file(given: str | None, environ: Mapping[str, str] = os.en
 def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = False) -> list[Path]:
     """The log dirs as a store uses them, each resolved (symlinks and ``..``), or ``LogDirError`` naming
     the first that cannot be one, before anything is written: none given, an empty name, a symlink loop,
-    one listed twice, one inside another (a log dir's topics file and new partitions would be written
-    into the other's tree, and its partitions taken for the other's files), or one that is not a
-    directory. A missing one is made with ``create_missing`` (``topics create``, as a broker makes its
-    log dirs at start), else refused. Every driver makes its store here: the CLI, the pipeline, the
+    the filesystem root, one listed twice, one inside another (a log dir's topics file and new partitions
+    would be written into the other's tree, and its partitions taken for the other's files), or one that
+    is not a directory. A missing one is made with ``create_missing`` (``topics create``, as a broker makes
+    its log dirs at start), else refused. Every driver makes its store here: the CLI, the pipeline, the
     Spark job and the UI refuse the same dirs with the same words."""
     if not log_dirs:
         raise LogDirError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
@@ -106,6 +106,10 @@ def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = F
             resolved.append(Path(given).resolve())
         except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
             raise LogDirError(f"log directory {given} cannot be resolved ({exc})") from None
+    for given, path in zip(log_dirs, resolved, strict=True):
+        if path.parent == path:
+            raise LogDirError(f"log directory {_as_given(given, path)} is the filesystem root: every top-level "
+                              "directory would be taken for a partition; name a directory of its own")
     if len(set(resolved)) != len(resolved):
         raise LogDirError(f"a log directory is listed twice: {', '.join(map(str, log_dirs))}")
     for inner, inner_path in zip(log_dirs, resolved, strict=True):

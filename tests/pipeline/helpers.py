@@ -58,10 +58,13 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def migrate(env: dict[str, str]) -> None:
+def migrated_env(home: Path) -> dict[str, str]:
+    """An Airflow home of its own (``airflow_env``) with its metadata DB migrated."""
+    env = airflow_env(home)
     done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return env
 
 
 @dataclass

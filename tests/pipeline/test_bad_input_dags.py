@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import tree_digest
-from helpers import airflow_env, dag_test, migrate, require_spark, run_dir
+from helpers import dag_test, migrated_env, require_spark, run_dir
 from synthetic import CHANGELOG, build_store
 from test_bad_input import _delete_topic, corrupt_compacted_store
 
@@ -37,10 +37,7 @@ FAST_S = 120  # a run that fails fast, or waits for no long delay, ends well wit
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow")
-    env = airflow_env(home)
-    migrate(env)
-    return env
+    return migrated_env(tmp_path_factory.mktemp("airflow"))
 
 
 def test_a_bad_broker_file_fails_the_scan_at_once_and_the_report_names_it(env: dict[str, str],

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import tree_digest
-from helpers import airflow_env, dag_test, migrate
+from helpers import dag_test, migrated_env
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 from test_cleaner_disabled import NO_COMPACTION, NO_RETENTION, OFF, REFUSED
 
@@ -20,10 +20,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow")
-    env = airflow_env(home)
-    migrate(env)
-    return env
+    return migrated_env(tmp_path_factory.mktemp("airflow"))
 
 
 def _store(tmp_path: Path) -> tuple[Path, Path, int]:

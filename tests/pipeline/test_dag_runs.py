@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli, tree_digest
-from helpers import airflow_env, dag_test, live_files, migrate, require_spark, run_dir
+from helpers import dag_test, live_files, migrated_env, require_spark, run_dir
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.pipeline.plans import read_json
@@ -34,10 +34,7 @@ DELAY_MS = 2000
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     require_spark()
-    home = tmp_path_factory.mktemp("airflow")
-    env = airflow_env(home)
-    migrate(env)
-    return env
+    return migrated_env(tmp_path_factory.mktemp("airflow"))
 
 
 def _clocks() -> tuple[int, int]:

@@ -30,7 +30,7 @@ from conftest import run_cli
 from kafkalog.format.batch import ControlType
 from kafkalog.log.store import LogStore
 from kafkalog.pipeline.plans import read_json
-from tests.pipeline.helpers import airflow_env, dag_test, live_files, migrate, require_spark, run_dir
+from tests.pipeline.helpers import dag_test, live_files, migrated_env, require_spark, run_dir
 from tests.spark.processes import BIN, standalone_cluster
 from tests.test_corruption_matrix import CORRUPTIONS, DAMAGED, expected
 
@@ -121,9 +121,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    env = airflow_env(tmp_path_factory.mktemp("airflow"))
-    migrate(env)
-    return env
+    return migrated_env(tmp_path_factory.mktemp("airflow"))
 
 
 def _spark_env(root: Path) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Files a user names for kafkalog to read whole — a broker file (``--config-file``), a plan
-(``retention apply --plan``) — are refused at once unless they are regular files, with one line and
-nothing changed (issue #35: a FIFO blocked the reader forever; a directory or a device is no file)."""
+(``retention apply --plan``) — are refused at once unless they are regular text files, with one line
+and nothing changed (issue #35: a FIFO blocked the reader forever; a directory or a device is no file; a
+segment named by mistake is no text)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ HOSTILE = {
     "a directory": lambda base: base,
     "a partition dir": lambda base: base / "logs" / "t-0",
     "a device": lambda base: Path("/dev/null"),
+    "a segment": lambda base: base / "logs" / "t-0" / "00000000000000000000.log",
 }
+REFUSAL = {"a FIFO": "not a regular file (a FIFO)", "a directory": "not a regular file (a directory)",
+           "a partition dir": "not a regular file (a directory)",
+           "a device": "not a regular file (a device or socket)", "a segment": "not UTF-8 text"}
 
 
 def _fifo(path: Path) -> Path:
@@ -35,11 +40,11 @@ def _kafkalog(*args: str) -> subprocess.CompletedProcess[str]:
 def test_an_input_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, option: str, kind: str) -> None:
     logs = tmp_path / "logs"
     assert run_cli("topics", "create", "--log-dir", str(logs), "--topic", "t").code == 0
+    assert run_cli("produce", "--log-dir", str(logs), "--topic", "t", stdin="a\nb\n").code == 0
     path = HOSTILE[kind](tmp_path)
     before = tree_digest(logs)
     args = ["retention", "apply", "--log-dir", str(logs), option, str(path)]
     done = _kafkalog(*args)
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
-    expected = "not a regular file" if kind != "a device" else "not a regular file (a device or socket)"
-    assert str(path) in done.stderr and expected in done.stderr, done.stderr
+    assert str(path) in done.stderr and REFUSAL[kind] in done.stderr, done.stderr
     assert tree_digest(logs) == before

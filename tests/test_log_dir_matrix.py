@@ -1,7 +1,8 @@
 """Log dirs that cannot be log dirs (issue #35, item 5): every command that takes ``--log-dir`` × a log dir
-nested inside another, one containing another, one listed twice, the filesystem root, a file, a missing
-one and a symlink loop → refused with one line naming it, nothing changed. ``--log-dir D --log-dir D/t-0`` used to write
-the topics file and new partitions into partition t-0.
+nested inside another, one containing another, one listed twice, the filesystem root, a partition dir
+(or a symlink to one), a file, a missing one and a symlink loop → refused with one line naming it,
+nothing changed. ``--log-dir D --log-dir D/t-0`` used to write the topics file and new partitions into
+partition t-0.
 
 The check is where a store is made (``kafkalog.log.store.resolve_log_dirs``), so the pipeline and the
 Spark job refuse the same dirs with the same words (the last tests here)."""
@@ -17,6 +18,7 @@ from conftest import run_cli, tree_digest
 NOW_MS = int(time.time() * 1000)
 NESTED = ("log dirs must not contain one another (one's topics file and partitions would be written into "
           "the other's)")
+PARTITION_DIR = "it is a partition dir, not a log dir; name the directory that holds it"
 
 COMMANDS: dict[str, list[str]] = {
     "topics create": ["topics", "create", "--topic", "u"],
@@ -44,6 +46,7 @@ def _layout(root: Path) -> dict[str, tuple[list[str], str]]:
     assert run_cli("topics", "create", "--log-dir", str(store), "--topic", "t").code == 0
     assert run_cli("produce", "--log-dir", str(store), "--topic", "t", stdin="a\nb\n").code == 0
     (root / "same").symlink_to(store)
+    (root / "partition").symlink_to(store / "t-0")
     (root / "loop1").symlink_to(root / "loop2")
     (root / "loop2").symlink_to(root / "loop1")
     segment = store / "t-0" / "00000000000000000000.log"
@@ -54,6 +57,11 @@ def _layout(root: Path) -> dict[str, tuple[list[str], str]]:
                                f"log directory {store} is inside log directory {store}/.. ({root}): {NESTED}"),
         "listed twice": ([str(store), str(root / "same")],
                          f"a log directory is listed twice: {store}, {root}/same"),
+        "a partition dir": ([f"{store}/t-0"], f"log directory {store}/t-0 holds segment file {segment.name}: "
+                                              f"{PARTITION_DIR}"),
+        "a symlink to a partition dir": ([str(root / "partition")],
+                                         f"log directory {root}/partition ({store}/t-0) holds segment file "
+                                         f"{segment.name}: {PARTITION_DIR}"),
         "a file": ([str(segment)], f"log directory {segment} does not exist or is not a directory"),
         "the filesystem root": (["/"], "log directory / is the filesystem root: every top-level directory would "
                                        "be taken for a partition; name a directory of its own"),

@@ -330,20 +330,26 @@ def _unescape(text: str) -> str:
 
 
 def read_regular_text(path: str | Path) -> str:
-    """The UTF-8 text of a file a user names (a broker file, a plan), refused at once unless it is a
-    regular file: opening a FIFO would wait for a writer forever, and a device may never end."""
+    """The UTF-8 text of a file a user names (a broker file, a plan), or ``InputFileError`` at once
+    unless it is a regular text file: opening a FIFO would wait for a writer forever, a device may never
+    end, and a segment named by mistake is bytes, not text."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else "a device or socket"
-        raise NotARegularFileError(f"not a regular file ({kind})")
+        raise InputFileError(f"not a regular file ({kind})")
     with open(fd, "rb") as f:
-        return f.read().decode("utf-8")
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
+                             "a binary file, such as a segment?") from None
 
 
-class NotARegularFileError(OSError):
-    """A file kafkalog reads whole is a FIFO, a directory or a device."""
+class InputFileError(OSError):
+    """A file kafkalog reads whole is a FIFO, a directory, a device or not text."""
 
 
 # --- broker and topic config objects --------------------------------------------------------------

@@ -92,10 +92,11 @@ def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = F
     """The log dirs as a store uses them, each resolved (symlinks and ``..``), or ``LogDirError`` naming
     the first that cannot be one, before anything is written: none given, an empty name, a symlink loop,
     the filesystem root, one listed twice, one inside another (a log dir's topics file and new partitions
-    would be written into the other's tree, and its partitions taken for the other's files), or one that
-    is not a directory. A missing one is made with ``create_missing`` (``topics create``, as a broker makes
-    its log dirs at start), else refused. Every driver makes its store here: the CLI, the pipeline, the
-    Spark job and the UI refuse the same dirs with the same words."""
+    would be written into the other's tree, and its partitions taken for the other's files), one that is
+    not a directory, or a partition dir (it holds segment files: a store would write its topics file and
+    new partitions among them). A missing one is made with ``create_missing`` (``topics create``, as a
+    broker makes its log dirs at start), else refused. Every driver makes its store here: the CLI, the
+    pipeline, the Spark job and the UI refuse the same dirs with the same words."""
     if not log_dirs:
         raise LogDirError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
     resolved: list[Path] = []
@@ -118,11 +119,15 @@ def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = F
                 raise LogDirError(f"log directory {_as_given(inner, inner_path)} is inside log directory "
                                   f"{_as_given(outer, outer_path)}: log dirs must not contain one another (one's "
                                   "topics file and partitions would be written into the other's)")
-    for log_dir in resolved:
+    for given, log_dir in zip(log_dirs, resolved, strict=True):
         if create_missing and not os.path.lexists(log_dir):
             log_dir.mkdir(parents=True, exist_ok=True)
         if not log_dir.is_dir():
             raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
+        segment = next((e.name for e in os.scandir(log_dir) if names.parse_segment_file_name(e.name)), None)
+        if segment is not None:
+            raise LogDirError(f"log directory {_as_given(given, log_dir)} holds segment file {segment}: it is a "
+                              "partition dir, not a log dir; name the directory that holds it")
     return resolved
 
 

@@ -59,11 +59,13 @@ class _TopicView:
     def log_config(self, topic: str) -> LogConfig:
         return self._config if self._config is not None and topic == self._topic else self._store.log_config(topic)
 
-    def partitions(self, topic: str | None = None, partition: int | None = None) -> list[PartitionLocation]:
+    def partitions(self, topic: str | None = None, partition: int | None = None,
+                   symlinked: bool = False) -> list[PartitionLocation]:
         if topic not in (None, self._topic) or (None not in (partition, self._partition) and partition !=
                                                 self._partition):
             return []
-        return self._store.partitions(self._topic, self._partition if partition is None else partition)
+        return self._store.partitions(self._topic, self._partition if partition is None else partition,
+                                      symlinked=symlinked)
 
 
 def locate(store: LogStore, topic: str, partition: int) -> PartitionLocation:

@@ -249,7 +249,7 @@ def build_inventory(store: LogStore, now_ms: int, memo: SnapshotMemo, journals: 
     cleaners = {d: checkpoint.read_offset_checkpoint(d / names.CLEANER_OFFSET_CHECKPOINT) for d in store.log_dirs}
     rows = []
     seen = set()
-    for location in store.partitions():
+    for location in store.partitions(symlinked=True):  # a symlinked one is listed quarantined, never followed
         config = store.log_config(location.topic_partition.topic)
         taken = memo.snapshots(location, config, checkpoints[location.log_dir], cleaners[location.log_dir])
         rows.append(status_row(location, config, taken, now_ms, store.broker))

@@ -255,7 +255,10 @@ def test_path_escaping_parameters_are_refused_and_nothing_outside_is_read(ui: Ui
             status, doc = ui.http(method, path, body)
             assert 400 <= status < 500, (path, status, doc)
         listed = ui.get("/kafkalog/api/partitions?limit=500")
-        assert "secret" not in {r["topic"] for r in listed["rows"]} and listed["total"] == 8
+        # Listed quarantined once the inventory is rebuilt (it may be served from before the link), never read.
+        secret = [r for r in listed["rows"] if r["topic"] == "secret"]
+        assert all(r["quarantined"] and r["log_end_offset"] is None for r in secret), secret
+        assert listed["total"] == 8 + len(secret)
         assert ui.get("/kafkalog/api/partitions?topic=../outside/secret")["matched"] == 0  # a filter, not a path
     finally:
         link.unlink()
@@ -431,6 +434,28 @@ def test_unchanged_partitions_are_not_read_again_and_changed_ones_are(tmp_path: 
             "retention.bytes=1000")
     taken, rows = build()
     assert taken == 5 and rows["demo-events-0"]["deletable_bytes"] == rows["demo-events-0"]["size_bytes"]
+
+
+def test_a_symlinked_partition_dir_is_listed_quarantined_and_never_read(tmp_path: Path) -> None:
+    """The Log store page lists every partition ``kafkalog status`` lists: one whose dir is a symlink is
+    a quarantined row naming the refusal, and nothing behind the link is opened (issue #35, item 7)."""
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    write_demo_store(logs)
+    elsewhere.mkdir()
+    shutil.move(logs / "demo-events-1", elsewhere / "demo-events-1")
+    (logs / "demo-events-1").symlink_to(elsewhere / "demo-events-1")
+    behind = [elsewhere / "demo-events-1", *(elsewhere / "demo-events-1").iterdir()]
+    for path in behind:  # relatime: any read now moves an atime older than the ctime
+        os.utime(path, (0, path.stat().st_mtime))
+    inventory = build_inventory(LogStore([logs]), int(time.time() * 1000), SnapshotMemo(), {})
+    rows = {(r["topic"], r["partition"]): r for r in inventory.rows}
+    assert [{k: r[k] for k in STATUS_FIELDS} for r in inventory.rows] == status_rows(LogStore([logs]),
+                                                                                   inventory.as_of_ms)
+    linked = rows[("demo-events", 1)]
+    assert linked["quarantined"] and linked["log_end_offset"] is None and linked["blocked_by"] == [
+        f"corrupt: {logs}/demo-events-1: partition directory is a symlink to {elsewhere}/demo-events-1; kafkalog "
+        "does not follow it into another directory (put the partition's directory itself in the log dir)"]
+    assert len(rows) == 6 and [p.stat().st_atime for p in behind] == [0.0] * len(behind)
 
 
 def test_importing_the_plugin_loads_no_numba(tmp_path: Path) -> None:

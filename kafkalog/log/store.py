@@ -99,18 +99,7 @@ def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = F
     pipeline, the Spark job and the UI refuse the same dirs with the same words."""
     if not log_dirs:
         raise LogDirError("no log directory given: pass --log-dir DIR or set KAFKALOG_LOG_DIRS")
-    resolved: list[Path] = []
-    for given in log_dirs:
-        if not str(given).strip():
-            raise LogDirError("a log directory is named by an empty string: name a directory")
-        try:
-            resolved.append(Path(given).resolve())
-        except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
-            raise LogDirError(f"log directory {given} cannot be resolved ({exc})") from None
-    for given, path in zip(log_dirs, resolved, strict=True):
-        if path.parent == path:
-            raise LogDirError(f"log directory {_as_given(given, path)} is the filesystem root: every top-level "
-                              "directory would be taken for a partition; name a directory of its own")
+    resolved = [resolve_log_dir(given) for given in log_dirs]
     if len(set(resolved)) != len(resolved):
         raise LogDirError(f"a log directory is listed twice: {', '.join(map(str, log_dirs))}")
     for inner, inner_path in zip(log_dirs, resolved, strict=True):
@@ -129,6 +118,22 @@ def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = F
             raise LogDirError(f"log directory {_as_given(given, log_dir)} holds segment file {segment}: it is a "
                               "partition dir, not a log dir; name the directory that holds it")
     return resolved
+
+
+def resolve_log_dir(given: Path | str) -> Path:
+    """One log dir resolved (symlinks and ``..``), whether or not it exists yet, or ``LogDirError``: an
+    empty name, a symlink loop, or the filesystem root (its every directory would be taken for a
+    partition)."""
+    if not str(given).strip():
+        raise LogDirError("a log directory is named by an empty string: name a directory")
+    try:
+        path = Path(given).resolve()
+    except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a symlink loop
+        raise LogDirError(f"log directory {given} cannot be resolved ({exc})") from None
+    if path.parent == path:
+        raise LogDirError(f"log directory {_as_given(given, path)} is the filesystem root: every top-level "
+                          "directory would be taken for a partition; name a directory of its own")
+    return path
 
 
 def _as_given(given: Path | str, resolved: Path) -> str:

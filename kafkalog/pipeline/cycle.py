@@ -124,18 +124,7 @@ class CycleSettings:
         from kafkalog.log.config import BrokerConfig
         from kafkalog.log.store import LogStore
 
-        for log_dir in self.log_dirs:
-            resolve_log_dir(log_dir)
         return LogStore([Path(d) for d in self.log_dirs], BrokerConfig.load(self.config_file))
-
-
-def resolve_log_dir(log_dir: str) -> Path:
-    """A log dir as the store resolves it, refused (``LogDirError``) where it cannot be one: a symlink
-    loop, or the file system root (whose every directory would be taken for a partition)."""
-    resolved = _resolved(Path(log_dir), f"log directory {log_dir}")
-    if resolved == Path(resolved.anchor):
-        raise LogDirError(f"log directory {log_dir} is the file system root: a log dir is a directory of its own")
-    return resolved
 
 
 def cycle_clock_ms(logical_ms: int | None, wall_ms: int | None = None) -> int:
@@ -149,8 +138,10 @@ def run_dir_for(state_dir: Path | str | None, log_dirs: Sequence[str], dag_id: s
     ``.kafkalog-pipeline`` beside the first log dir, so every worker that sees the logs sees it.
 
     Refused (``ConfigError``) unless the state dir is a place of its own that this user can write: not
-    the file system root or a directory in it (a log dir ``/data`` would put it at ``/.kafkalog-pipeline``;
+    the filesystem root or a directory in it (a log dir ``/data`` would put it at ``/.kafkalog-pipeline``;
     set ``KAFKALOG_PIPELINE_DIR`` then), not inside a log dir, not a file."""
+    from kafkalog.log.store import resolve_log_dir
+
     if state_dir:
         base = Path(state_dir)
         if not base.is_absolute():
@@ -161,10 +152,10 @@ def run_dir_for(state_dir: Path | str | None, log_dirs: Sequence[str], dag_id: s
         base = resolve_log_dir(log_dirs[0]).parent / DEFAULT_STATE_DIR
         named = f"the run dir {base} (beside log dir {log_dirs[0]})"
     if base.parent == Path(base.anchor) or base == Path(base.anchor):
-        raise ConfigError(f"{named} would be at the file system root: set KAFKALOG_PIPELINE_DIR to a directory of "
+        raise ConfigError(f"{named} would be at the filesystem root: set KAFKALOG_PIPELINE_DIR to a directory of "
                           "the pipeline's own that every worker sees")
     for log_dir in log_dirs:
-        inside = _resolved(Path(log_dir), f"log directory {log_dir}")
+        inside = resolve_log_dir(log_dir)
         if base == inside or inside in base.parents:
             raise ConfigError(f"{named} is inside log directory {log_dir}: its files would be taken for the "
                               "log's; set KAFKALOG_PIPELINE_DIR to a directory outside every log dir")

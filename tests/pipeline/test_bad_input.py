@@ -31,6 +31,8 @@ from kafkalog.pipeline import cycle, plans
 from kafkalog.pipeline.cycle import CycleSettings
 
 NOW_MS = int(time.time() * 1000) - 60_000
+ROOT_REFUSED = ("log directory / is the filesystem root: every top-level directory would be taken for a partition; "
+                "name a directory of its own")
 
 
 def _settings(*log_dirs: Path | str, **kwargs: object) -> CycleSettings:
@@ -59,7 +61,7 @@ def test_bad_log_dirs_and_broker_files_are_refused_before_anything_is_written(tm
         (_settings(logs, f"{logs}/"), LogDirError, f"a log directory is listed twice: {logs}, {logs}"),
         (_settings(tmp_path / "loop1"), LogDirError,
          f"log directory {tmp_path}/loop1 cannot be resolved (Symlink loop from '{tmp_path}/loop1')"),
-        (_settings("/"), LogDirError, "log directory / is the file system root: a log dir is a directory of its own"),
+        (_settings("/"), LogDirError, ROOT_REFUSED),
         (_settings(logs, config_file=_broker(tmp_path, "log.retention.hours=abc\n", "hours.properties")), ConfigError,
          f"{tmp_path}/hours.properties: log.retention.hours=abc: must be a 32-bit integer"),
         (_settings(logs, config_file=_broker(tmp_path, "log.segment.delete.delay.ms=-1\n", "delay.properties")),
@@ -267,11 +269,11 @@ def test_a_run_dir_is_a_writable_place_of_its_own(tmp_path: Path) -> None:
     assert cycle.run_dir_for(str(tmp_path / "state"), [str(logs)], "d", "r") == tmp_path / "state" / "d" / "r"
     (tmp_path / "a-file").write_text("x")
     for state_dir, log_dirs, message in [
-        (None, ["/"], "log directory / is the file system root: a log dir is a directory of its own"),
-        (None, ["/kafka-logs"], "the run dir /.kafkalog-pipeline (beside log dir /kafka-logs) would be at the file "
-                                "system root: set KAFKALOG_PIPELINE_DIR to a directory of the pipeline's own that "
+        (None, ["/"], ROOT_REFUSED),
+        (None, ["/kafka-logs"], "the run dir /.kafkalog-pipeline (beside log dir /kafka-logs) would be at the "
+                                "filesystem root: set KAFKALOG_PIPELINE_DIR to a directory of the pipeline's own that "
                                 "every worker sees"),
-        ("/", [str(logs)], "KAFKALOG_PIPELINE_DIR=/ would be at the file system root: set KAFKALOG_PIPELINE_DIR to "
+        ("/", [str(logs)], "KAFKALOG_PIPELINE_DIR=/ would be at the filesystem root: set KAFKALOG_PIPELINE_DIR to "
                            "a directory of the pipeline's own that every worker sees"),
         ("relative/state", [str(logs)], "KAFKALOG_PIPELINE_DIR=relative/state must be an absolute path (every "
                                         "worker finds it)"),

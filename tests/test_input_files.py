@@ -48,3 +48,40 @@ def test_an_input_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path: P
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert str(path) in done.stderr and REFUSAL[kind] in done.stderr, done.stderr
     assert tree_digest(logs) == before
+
+
+def _hostile_paths(base: Path) -> dict[str, Path]:
+    """The issue's hostile paths beside a store with records: a log dir, a partition dir, a segment, a
+    symlink to a partition dir, a FIFO and the filesystem root."""
+    logs = base / "logs"
+    assert run_cli("topics", "create", "--log-dir", str(logs), "--topic", "t").code == 0
+    assert run_cli("produce", "--log-dir", str(logs), "--topic", "t", stdin="a\nb\n").code == 0
+    (base / "link").symlink_to(logs / "t-0")
+    return {"a log dir": logs, "a partition dir": logs / "t-0", "a segment": logs / "t-0" / "00000000000000000000.log",
+            "a symlink": base / "link", "a FIFO": _fifo(base / "fifo"), "the filesystem root": Path("/")}
+
+
+def test_dump_reads_only_regular_files(tmp_path: Path) -> None:
+    paths = _hostile_paths(tmp_path)
+    before = tree_digest(tmp_path / "logs")
+    for kind, path in paths.items():
+        done = _kafkalog("dump", "--files", str(path))
+        if kind == "a segment":  # what dump is for
+            assert done.returncode == 0 and "baseOffset: 0" in done.stdout, done.stderr
+            continue
+        file_type = "a FIFO" if kind == "a FIFO" else "a directory"
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1, "", f"kafkalog: error: {path}: not a regular file ({file_type}); kafkalog dump reads only regular "
+                   "files\n"), kind
+    assert tree_digest(tmp_path / "logs") == before
+
+
+def test_demo_writes_only_a_dir_of_its_own(tmp_path: Path) -> None:
+    """``kafkalog demo --dir`` replaces an earlier demo dir and refuses anything else that exists."""
+    paths = _hostile_paths(tmp_path)
+    before = tree_digest(tmp_path / "logs")
+    for kind, path in paths.items():
+        done = _kafkalog("demo", "--dir", str(path))
+        assert (done.returncode, done.stdout, done.stderr) == (
+            1, "", f"kafkalog: error: {path} exists and is not a kafkalog demo dir; pick another --dir\n"), kind
+    assert tree_digest(tmp_path / "logs") == before

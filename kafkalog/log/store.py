@@ -113,7 +113,7 @@ def resolve_log_dirs(log_dirs: Sequence[Path | str], *, create_missing: bool = F
             log_dir.mkdir(parents=True, exist_ok=True)
         if not log_dir.is_dir():
             raise LogDirError(f"log directory {log_dir} does not exist or is not a directory")
-        segment = next((e.name for e in os.scandir(log_dir) if names.parse_segment_file_name(e.name)), None)
+        segment = min((e.name for e in os.scandir(log_dir) if names.parse_segment_file_name(e.name)), default=None)
         if segment is not None:
             raise LogDirError(f"log directory {_as_given(given, log_dir)} holds segment file {segment}: it is a "
                               "partition dir, not a log dir; name the directory that holds it")

@@ -25,6 +25,7 @@ from kafkalog.errors import (
     LogDirError,
     LogLockedError,
 )
+from kafkalog.log import names
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.store import LogStore
 from kafkalog.pipeline import cycle, plans
@@ -53,6 +54,14 @@ def test_bad_log_dirs_and_broker_files_are_refused_before_anything_is_written(tm
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    partition = next(d for d in sorted(logs.iterdir()) if d.is_dir() and any(d.glob("*.log")))
+    segment = min(partition.glob("*.log"))
+    first = min(p.name for p in partition.iterdir() if names.parse_segment_file_name(p.name))
+    with pytest.raises(UnicodeDecodeError) as not_text:
+        segment.read_bytes().decode("utf-8")
+    bad = not_text.value.start
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
     cases: list[tuple[CycleSettings, type[KafkaLogError], str]] = [
         (_settings(tmp_path / "a-file"), LogDirError,
          f"log directory {tmp_path}/a-file does not exist or is not a directory"),
@@ -62,6 +71,13 @@ def test_bad_log_dirs_and_broker_files_are_refused_before_anything_is_written(tm
         (_settings(tmp_path / "loop1"), LogDirError,
          f"log directory {tmp_path}/loop1 cannot be resolved (Symlink loop from '{tmp_path}/loop1')"),
         (_settings("/"), LogDirError, ROOT_REFUSED),
+        (_settings(partition), LogDirError, f"log directory {partition} holds segment file {first}: it is a "
+                                            "partition dir, not a log dir; name the directory that holds it"),
+        (_settings(logs, config_file=str(segment)), ConfigError,
+         f"cannot read broker config file {segment}: not UTF-8 text (byte 0x{segment.read_bytes()[bad]:02x} at offset "
+         f"{bad}): a binary file, such as a segment?"),
+        (_settings(logs, config_file=str(fifo)), ConfigError,
+         f"cannot read broker config file {fifo}: not a regular file (a FIFO)"),
         (_settings(logs, config_file=_broker(tmp_path, "log.retention.hours=abc\n", "hours.properties")), ConfigError,
          f"{tmp_path}/hours.properties: log.retention.hours=abc: must be a 32-bit integer"),
         (_settings(logs, config_file=_broker(tmp_path, "log.segment.delete.delay.ms=-1\n", "delay.properties")),

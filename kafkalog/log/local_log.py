@@ -588,14 +588,19 @@ class LocalLog:
             segment.time_index.close()
             files = [*segment.files(), names.snapshot_file(self.directory, segment.base_offset)]
             renamed += mark_deleted(files, mark_time_ms=mark_time_ms)
-        # ``maybeIncrementLogStartOffset``: epochs start no lower than the log. After the renames, so a
-        # crash before them leaves no entry starting above records still in the log. And as the next
-        # load would (``truncateFromEnd``): an entry starting at the log end, which is what is left when
-        # every record went, goes now, so a retried mark or any later open changes nothing more.
+        # After the renames, so a crash before them leaves no entry starting above records still in the log.
+        self.align_leader_epochs()
+        return renamed
+
+    def align_leader_epochs(self) -> None:
+        """``maybeIncrementLogStartOffset``'s truncation of the leader epochs (none start below the log),
+        then the next load's (``truncateFromEnd``): an entry starting at the log end, which is what is left
+        when every record went, goes now, so a later open changes nothing more. Retention runs it after
+        its renames, and again when a retried mark finds them done (its first try killed in between)."""
+        self._check_writable()
         epochs = _leader_epoch_cache(self.directory)
         epochs.truncate_from_start(self.log_start_offset)
         epochs.truncate_from_end(self.log_end_offset)
-        return renamed
 
     def truncate_to(self, offset: int) -> int:
         """Drop every record at or after ``offset`` (``UnifiedLog.truncateTo``); returns bytes removed.

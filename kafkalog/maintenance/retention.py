@@ -66,6 +66,8 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
                 run_id, mark_ms, tp.topic, tp.partition, "roll", (log.active_segment.base_offset,),
                 "all segments deletable", log_start_offset_before=before, log_start_offset_after=before))
         marked = log.mark_segments_deleted(len(todo), mark_time_ms=mark_ms) if todo else []
+        if not todo:  # the plan's segments are marked already: a retry whose first try died after the renames
+            log.align_leader_epochs()
         store.write_checkpoints(location, log)
         after = log.log_start_offset
         for segment in todo:

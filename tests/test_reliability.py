@@ -317,6 +317,30 @@ def test_readers_follow_segments_that_retention_and_compaction_move(tmp_path: Pa
     assert reads > 0 and errors == []
 
 
+def test_a_reader_listing_taken_before_a_swap_serves_the_swapped_log(tmp_path: Path) -> None:
+    """A lock-free reader lists segments, then the cleaner swaps a group of them into one segment that
+    reaches past the next listed base before the reader opens it: the listing is stale, not the log
+    corrupt, so the reader lists again and serves every record the cleaned log holds, once."""
+    from kafkalog.log.store import LogStore
+    from kafkalog.maintenance.compact import compact
+
+    now_ms = int(time.time() * 1000)
+    _topic(tmp_path, "cleanup.policy=compact", "segment.bytes=2048", records=3000)
+    store = LogStore([tmp_path])
+    compact(store, now_ms=now_ms, topic="t")  # segments of a few records each, which the next round groups
+    lines = "".join(f"k{i % 20}:late{i}\n" for i in range(300))
+    assert run_cli("produce", "--log-dir", str(tmp_path), "--topic", "t", "--key-separator", ":",
+                   "--batch-records", "10", stdin=lines).code == 0
+    stale = store.open_log(store.locate("t", 0), read_only=True)
+    before = _segments(tmp_path / "t-0")
+    compact(store, now_ms=now_ms, topic="t")
+    assert len(_segments(tmp_path / "t-0")) < len(before)  # groups were merged under the listing
+    fresh = LogStore([tmp_path]).open_log(store.locate("t", 0), read_only=True)
+    expected = [int(columns.offset[row]) for columns, row in fresh.read_records(0)]
+    served = [int(columns.offset[row]) for columns, row in stale.read_records(0)]
+    assert served == expected and len(expected) < 3000
+
+
 def test_produce_with_a_garbage_epoch_checkpoint_appends_nothing(tmp_path: Path) -> None:
     _topic(tmp_path, records=1)
     (tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT).write_text("garbage\n")

@@ -691,11 +691,23 @@ class LocalLog:
                         return
                 return
             except FileNotFoundError:
-                log = LocalLog.open(self.directory, self.config, log_start_offset=self.log_start_offset,
-                                    recovery_point=self.recovery_point, read_only=True)
-                start = max(start, log.log_start_offset)
+                pass
+            except CorruptRecordError:
+                # Damage seen through a listing that went stale is a swap at work (a cleaned segment
+                # that reaches past the next listed base), not damage: list again.
+                if not log._listing_is_stale():
+                    raise
+            log = LocalLog.open(self.directory, self.config, log_start_offset=self.log_start_offset,
+                                recovery_point=self.recovery_point, read_only=True)
+            start = max(start, log.log_start_offset)
         raise KafkaLogError(f"{self.directory}: its segments changed under the reader {READ_REOPENS} times in a row; "
                             "try again")
+
+    def _listing_is_stale(self) -> bool:
+        """Whether the directory's segment files are no longer the ones this log listed (a lock-free
+        reader's listing goes stale when a swap, retention or a roll renames or adds segments)."""
+        listed = {segment.log_path.name for segment in self._segments}
+        return listed != {path.name for path in self.directory.glob("*" + names.LOG_SUFFIX)}
 
     def _read_from(self, start: int) -> Iterator[tuple[RecordColumns, int]]:
         """Records from ``start`` on, a chunk of a segment at a time: a reader that stops early (a

@@ -43,7 +43,7 @@ from kafkalog.format.scan import (
     scan_batches,
     scan_records,
 )
-from kafkalog.log import checkpoint, names
+from kafkalog.log import checkpoint, names, swap
 from kafkalog.log.config import BROKER_CONFIGS, LogConfig
 from kafkalog.log.index import MAX_INT
 from kafkalog.log.loader import apply_temp_file_plan, plan_temp_files, visible_files
@@ -57,7 +57,6 @@ from kafkalog.log.producer_snapshot import (
 from kafkalog.log.producer_state import ProducerState
 from kafkalog.log.segment import LogSegment, ScanEnd, SegmentSettings, summarize_batch
 from kafkalog.log.split import split_overflowed_segment
-from kafkalog.log.swap import mark_deleted
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = int(BROKER_CONFIGS["producer.id.expiration.ms"].default)  # type: ignore[arg-type]
 READ_REOPENS = 8  # how often a reader follows segments renamed under it before it gives up
@@ -582,25 +581,19 @@ class LocalLog:
                                 "segments (the active segment always stays)")
         doomed, self._segments = self._segments[:count], self._segments[count:]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        renamed: list[Path] = []
         for segment in doomed:
             segment.offset_index.close()
             segment.time_index.close()
-            files = [*segment.files(), names.snapshot_file(self.directory, segment.base_offset)]
-            renamed += mark_deleted(files, mark_time_ms=mark_time_ms)
-        # After the renames, so a crash before them leaves no entry starting above records still in the log.
-        self.align_leader_epochs()
-        return renamed
+        return swap.mark_segments_deleted(self.directory, [s.base_offset for s in doomed],
+                                          log_start_offset=self.log_start_offset,
+                                          log_end_offset=self.log_end_offset, mark_time_ms=mark_time_ms)
 
     def align_leader_epochs(self) -> None:
-        """``maybeIncrementLogStartOffset``'s truncation of the leader epochs (none start below the log),
-        then the next load's (``truncateFromEnd``): an entry starting at the log end, which is what is left
-        when every record went, goes now, so a later open changes nothing more. Retention runs it after
-        its renames, and again when a retried mark finds them done (its first try killed in between)."""
+        """``swap.align_leader_epochs`` for this log: retention runs it again when a retried mark finds its
+        renames done (its first try killed in between)."""
         self._check_writable()
-        epochs = _leader_epoch_cache(self.directory)
-        epochs.truncate_from_start(self.log_start_offset)
-        epochs.truncate_from_end(self.log_end_offset)
+        swap.align_leader_epochs(self.directory, log_start_offset=self.log_start_offset,
+                                 log_end_offset=self.log_end_offset)
 
     def truncate_to(self, offset: int) -> int:
         """Drop every record at or after ``offset`` (``UnifiedLog.truncateTo``); returns bytes removed.

@@ -378,13 +378,25 @@ class LogStore:
         (``snapshot.clean_log_end``), else None; reads a few file headers. ``kafkalog recover`` asks it
         of every partition it loads, so it is a load of the log dir: it consumes a broker's clean
         shutdown file (``had_clean_shutdown``), and changes nothing else."""
+        return self._clean_log_end(location, had_clean_shutdown(location.log_dir, consume=True))
+
+    def flushed_log_end(self, location: PartitionLocation) -> int | None:
+        """The log end offset of a partition as its last kafkalog writer left it, closed and flushed: no
+        file the loader would resolve (a cleaner's, an orphan index, a stray snapshot), the last segment
+        whole, and the recovery point checkpoint at its end (what a full load and flush would make of
+        it); else None. Reads the last segment's tail and consumes nothing, not even a broker's clean
+        shutdown file. Retention marks such a partition from its listing, as Kafka's broker marks its
+        loaded log, instead of loading it again."""
+        return self._clean_log_end(location, False, every_segment=False)
+
+    def _clean_log_end(self, location: PartitionLocation, clean_shutdown: bool, *,
+                       every_segment: bool = True) -> int | None:
         from kafkalog.log.snapshot import clean_log_end
 
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
-        clean_shutdown = had_clean_shutdown(location.log_dir, consume=True)
-        end = clean_log_end(location.directory, recovery, clean_shutdown)
+        end = clean_log_end(location.directory, recovery, clean_shutdown, every_segment=every_segment)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key, 0)
         return end if end is not None and start <= end else None
 
@@ -434,15 +446,19 @@ class LogStore:
 
     def write_checkpoints(self, location: PartitionLocation, log: LocalLog) -> None:
         """Record the log's recovery point and log start offset in its log dir's checkpoint files."""
+        self.write_offsets(location, recovery_point=log.recovery_point, log_start_offset=log.log_start_offset)
+
+    def write_offsets(self, location: PartitionLocation, *, recovery_point: int, log_start_offset: int) -> None:
+        """Record a partition's recovery point and log start offset in its log dir's checkpoint files."""
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         # Kafka records only logs whose start offset is past their first segment's base; kafkalog also
         # keeps the entry when the start offset equals it (after retention), which Kafka reads the
         # same way (it takes max(checkpoint, first base)) and which makes the advance visible.
         updates: dict[Path, dict[tuple[str, int], int | None]] = {
-            location.log_dir / names.RECOVERY_POINT_CHECKPOINT: {key: log.recovery_point},
+            location.log_dir / names.RECOVERY_POINT_CHECKPOINT: {key: recovery_point},
             location.log_dir / names.LOG_START_OFFSET_CHECKPOINT:
-                {key: log.log_start_offset if log.log_start_offset > 0 else None}}
+                {key: log_start_offset if log_start_offset > 0 else None}}
         if self._pending is not None:
             for path, update in updates.items():
                 self._pending.setdefault(path, {}).update(update)
@@ -457,7 +473,7 @@ class LogStore:
                                  self._offsets(log_dir / names.REPLICATION_OFFSET_CHECKPOINT),
                                  self._offsets(log_dir / names.CLEANER_OFFSET_CHECKPOINT))
 
-    def _offsets(self, path: Path) -> dict[tuple[str, int], int]:
+    def _offsets(self, path: Path) -> Mapping[tuple[str, int], int]:
         """An offset checkpoint's entries, parsed again only when the file changed, with this store's
         batched updates applied."""
         try:
@@ -470,15 +486,7 @@ class LogStore:
             cached = (stamp, checkpoint.read_offset_checkpoint(path))
             self._checkpoints[path] = cached
         pending = (self._pending or {}).get(path)
-        if not pending:
-            return cached[1]
-        merged = dict(cached[1])
-        for key, value in pending.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        return merged
+        return _PendingOffsets(cached[1], pending) if pending else cached[1]
 
     def _update_offsets(self, path: Path, updates: Mapping[tuple[str, int], int | None]) -> None:
         """Apply ``updates`` (None removes an entry) to a checkpoint file; the caller holds its log dir lock."""
@@ -558,6 +566,30 @@ class LogStore:
 
     def _dirs_text(self) -> str:
         return ", ".join(str(d) for d in self.log_dirs)
+
+
+class _PendingOffsets(Mapping[tuple[str, int], int]):
+    """A checkpoint's entries with a batch's pending updates over them (None removes an entry), copying
+    neither: a batch over 10,000s of partitions asks for the entries once per partition."""
+
+    def __init__(self, entries: Mapping[tuple[str, int], int], pending: Mapping[tuple[str, int], int | None]) -> None:
+        self._entries = entries
+        self._pending = pending
+
+    def __getitem__(self, key: tuple[str, int]) -> int:
+        if key in self._pending:
+            value = self._pending[key]
+            if value is None:
+                raise KeyError(key)
+            return value
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        yield from (key for key in self._entries if key not in self._pending)
+        yield from (key for key, value in self._pending.items() if value is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def had_clean_shutdown(log_dir: Path, *, consume: bool) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kafkalog.errors import KafkaLogError
 from kafkalog.log import names
-from kafkalog.log.checkpoint import fsync_dir
+from kafkalog.log.checkpoint import LeaderEpochFileCache, fsync_dir
 
 
 def _segment_files(directory: Path, base: int, state: str) -> list[Path]:
@@ -31,16 +31,53 @@ def _segment_files(directory: Path, base: int, state: str) -> list[Path]:
 def mark_deleted(paths: Sequence[Path], *, mark_time_ms: int) -> list[Path]:
     """Phase one of an asynchronous delete: stamp the mark time as mtime (so the
     ``file.delete.delay.ms`` clock survives restarts), then rename to ``*.deleted``. Missing files are
-    skipped; returns the new paths."""
+    skipped; returns the new paths. The files are one partition's: each is reached through the
+    directory's descriptor (one name for the kernel to resolve, not the whole path)."""
     marked: list[Path] = []
+    if not paths:
+        return marked
+    directory = paths[0].parent
+    if any(path.parent != directory for path in paths):
+        raise ValueError(f"mark_deleted: files of more than one directory: {sorted({str(p.parent) for p in paths})}")
     mark_ns = mark_time_ms * 1_000_000  # exact: the sweep reads it back as st_mtime_ns // 10**6
-    for path in paths:
-        if path.exists():
-            os.utime(path, ns=(mark_ns, mark_ns))
-            target = path.with_name(path.name + names.DELETED_SUFFIX)
-            path.replace(target)
-            marked.append(target)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for path in paths:
+            try:
+                os.utime(path.name, ns=(mark_ns, mark_ns), dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            target = path.name + names.DELETED_SUFFIX
+            os.replace(path.name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            marked.append(directory / target)
+    finally:
+        os.close(dir_fd)
     return marked
+
+
+def mark_segments_deleted(directory: Path, bases: Sequence[int], *, log_start_offset: int, log_end_offset: int,
+                          mark_time_ms: int) -> list[Path]:
+    """Phase one of Kafka's asynchronous delete (``deleteSegments``, spec §10.3) for the log's oldest
+    segments at ``bases``, once the log start offset has moved to ``log_start_offset``: each segment's
+    files (``.log`` first, so the segment leaves the log in one rename) and its producer snapshot are
+    renamed to ``*.deleted``; then the leader epochs are aligned with the log that is left
+    (``align_leader_epochs``). Returns the marked files."""
+    marked: list[Path] = []
+    for base in bases:
+        files = [*_segment_files(directory, base, ""), names.snapshot_file(directory, base)]
+        marked += mark_deleted(files, mark_time_ms=mark_time_ms)
+    # After the renames, so a crash before them leaves no entry starting above records still in the log.
+    align_leader_epochs(directory, log_start_offset=log_start_offset, log_end_offset=log_end_offset)
+    return marked
+
+
+def align_leader_epochs(directory: Path, *, log_start_offset: int, log_end_offset: int) -> None:
+    """``maybeIncrementLogStartOffset``'s truncation of the leader epochs (none start below the log),
+    then the next load's (``truncateFromEnd``): an entry starting at the log end, which is what is left
+    when every record went, goes now, so a later open changes nothing more."""
+    epochs = LeaderEpochFileCache(directory / names.LEADER_EPOCH_CHECKPOINT)
+    epochs.truncate_from_start(log_start_offset)
+    epochs.truncate_from_end(log_end_offset)
 
 
 def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Sequence[int], *,

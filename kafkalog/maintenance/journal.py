@@ -2,8 +2,8 @@
 
 Every action that changes a log (mark deleted, sweep, compact, recover) appends one line: run id,
 wall time, partition, action, segments, reason, bytes and the log start offset before/after. Each
-line is written with a single ``write`` on an ``O_APPEND`` descriptor, so concurrent writers never
-interleave within a line, and a crash can at worst leave one torn last line, which readers skip.
+action's lines are written with a single ``write`` on an ``O_APPEND`` descriptor, so concurrent writers
+never interleave within a line, and a crash can at worst leave one torn last line, which readers skip.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +40,24 @@ class JournalEntry:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        doc = asdict(self)
+        # The fields by name, not ``asdict`` (which deep-copies each one): retention journals every segment it marks.
+        doc = {name: getattr(self, name) for name in _FIELDS}
         doc["segments"] = list(self.segments)
         doc["files"] = list(self.files)
         return json.dumps(doc, separators=(",", ":"), sort_keys=False)
 
 
-def append(log_dir: Path, entry: JournalEntry) -> None:
-    line = (entry.to_json() + "\n").encode()
+_FIELDS = tuple(f.name for f in fields(JournalEntry))
+
+
+def append(log_dir: Path, *entries: JournalEntry) -> None:
+    """Append ``entries`` in one write and one fsync (an action on a partition journals its segments together)."""
+    if not entries:
+        return
+    lines = "".join(entry.to_json() + "\n" for entry in entries).encode()
     fd = os.open(Path(log_dir) / names.JOURNAL_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)
+        os.write(fd, lines)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkalog.log import names
-from kafkalog.log.snapshot import snapshot_log
+from kafkalog.log import checkpoint, names, swap
+from kafkalog.log.lock import partition_lock
+from kafkalog.log.snapshot import LogSnapshot, snapshot_log
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.maintenance import journal
-from kafkalog.policy.retention import RetentionPlan, plan_retention
+from kafkalog.policy.retention import DeletableSegment, RetentionPlan, plan_retention
 
 
 @dataclass(frozen=True)
@@ -45,18 +46,66 @@ def wall_clock_ms() -> int:
 
 def apply_retention(store: LogStore, location: PartitionLocation, plan: RetentionPlan, *, run_id: str,
                     lock_timeout_s: float = 30.0) -> RetentionReport:
-    """Mark the plan's segments deleted (never more than the plan: its cut is the upper bound)."""
+    """Mark the plan's segments deleted (never more than the plan: its cut is the upper bound).
+
+    Under the partition lock the plan is made again with its own clock from the files as they are
+    now. A partition as its last writer left it, closed and flushed (``LogStore.flushed_log_end``), is
+    marked from that listing, as Kafka's broker marks its loaded log: loading it would change nothing.
+    Any other (a crash to recover, a cleaner's files, every segment going, which needs a roll) is
+    loaded in full first, as Kafka's loader would."""
     tp = location.topic_partition
     cut = max((s.base_offset for s in plan.segments), default=None)
+    with partition_lock(location.directory, timeout_s=lock_timeout_s):
+        snapshot = _snapshot(store, location, plan.now_ms)
+        todo = _todo(store, snapshot, plan, cut)
+        if cut is None or not todo:
+            end = store.flushed_log_end(location) if cut is not None else None
+            if cut is None or end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
+                return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
+                                       snapshot.log_start_offset, ())
+        elif len(todo) < len(snapshot.segments) and (end := store.flushed_log_end(location)) is not None:
+            return _mark_flushed(store, location, snapshot, todo, end, run_id)
+    return _mark_loaded(store, location, plan, cut, run_id, lock_timeout_s)
+
+
+def _snapshot(store: LogStore, location: PartitionLocation, now_ms: int) -> LogSnapshot:
+    tp = location.topic_partition
+    return snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                        store.log_dir_checkpoints(location.log_dir), now_ms=now_ms)
+
+
+def _todo(store: LogStore, snapshot: LogSnapshot, plan: RetentionPlan, cut: int | None) -> list[DeletableSegment]:
+    fresh = plan_retention(snapshot, plan.now_ms, broker=store.broker)
+    return [s for s in fresh.segments if cut is not None and s.base_offset <= cut]
+
+
+def _epochs_aligned(location: PartitionLocation, log_start_offset: int, log_end_offset: int) -> bool:
+    """Whether the leader epochs already start no lower than the log and none starts at or past its end
+    (else a retried mark whose first try was killed after its renames has their truncation to finish)."""
+    entries = checkpoint.read_leader_epoch_checkpoint(location.directory / names.LEADER_EPOCH_CHECKPOINT)
+    return not entries or (entries[0][1] >= log_start_offset and entries[-1][1] < log_end_offset)
+
+
+def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: LogSnapshot,
+                  todo: list[DeletableSegment], log_end_offset: int, run_id: str) -> RetentionReport:
+    """Mark ``todo``, the oldest segments but not all, of a closed and flushed partition; the caller holds
+    its lock. The recovery point stays at the log end, where the flushed log has it."""
+    before = snapshot.log_start_offset
+    after = max(before, snapshot.segments[len(todo)].base_offset)
+    mark_ms = wall_clock_ms()
+    store.write_offsets(location, recovery_point=log_end_offset, log_start_offset=after)
+    marked = swap.mark_segments_deleted(location.directory, [s.base_offset for s in todo], log_start_offset=after,
+                                        log_end_offset=log_end_offset, mark_time_ms=mark_ms)
+    return _journal_marks(location, run_id, mark_ms, todo, marked, before, after, rolled=False)
+
+
+def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPlan, cut: int | None, run_id: str,
+                 lock_timeout_s: float) -> RetentionReport:
+    """Mark the plan's segments on the partition loaded in full (recovered first where it needs it)."""
+    tp = location.topic_partition
     with store.writable_log(location, timeout_s=lock_timeout_s) as log:
         before = log.log_start_offset
-        if cut is None:
-            return RetentionReport(tp.topic, tp.partition, (), 0, False, before, before, ())
-        config = store.log_config(tp.topic)
-        fresh = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, config,
-                                            store.log_dir_checkpoints(location.log_dir), now_ms=plan.now_ms),
-                               plan.now_ms, broker=store.broker)
-        todo = [s for s in fresh.segments if s.base_offset <= cut]
+        todo = _todo(store, _snapshot(store, location, plan.now_ms), plan, cut)
         mark_ms = wall_clock_ms()
         rolled = False
         if todo and len(todo) == len(log.segments):
@@ -69,15 +118,20 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
         if not todo:  # the plan's segments are marked already: a retry whose first try died after the renames
             log.align_leader_epochs()
         store.write_checkpoints(location, log)
-        after = log.log_start_offset
-        for segment in todo:
-            journal.append(location.log_dir, journal.JournalEntry(
-                run_id, mark_ms, tp.topic, tp.partition, "mark-deleted", (segment.base_offset,),
-                f"{segment.reason}: {segment.detail}", segment.size_bytes, before, after,
-                tuple(p.name for p in marked if names.offset_from_file_name(p.name) == segment.base_offset)))
-        return RetentionReport(tp.topic, tp.partition, tuple(s.base_offset for s in todo),
-                               sum(s.size_bytes for s in todo), rolled, before, after,
-                               tuple(p.name for p in marked), mark_ms if todo else None)
+        return _journal_marks(location, run_id, mark_ms, todo, marked, before, log.log_start_offset, rolled=rolled)
+
+
+def _journal_marks(location: PartitionLocation, run_id: str, mark_ms: int, todo: list[DeletableSegment],
+                   marked: list[Path], before: int, after: int, *, rolled: bool) -> RetentionReport:
+    tp = location.topic_partition
+    journal.append(location.log_dir, *(journal.JournalEntry(
+        run_id, mark_ms, tp.topic, tp.partition, "mark-deleted", (segment.base_offset,),
+        f"{segment.reason}: {segment.detail}", segment.size_bytes, before, after,
+        tuple(p.name for p in marked if names.offset_from_file_name(p.name) == segment.base_offset))
+        for segment in todo))
+    return RetentionReport(tp.topic, tp.partition, tuple(s.base_offset for s in todo),
+                           sum(s.size_bytes for s in todo), rolled, before, after,
+                           tuple(p.name for p in marked), mark_ms if todo else None)
 
 
 @dataclass

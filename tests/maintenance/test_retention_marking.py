@@ -1,0 +1,84 @@
+"""Retention marks a partition its last writer left closed and flushed from its listing, as Kafka's broker
+marks its loaded log; any other partition is loaded in full first. Both ways end with the same files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from conftest import run_cli
+
+from kafkalog.log import checkpoint, names
+from kafkalog.log.store import LogStore
+from kafkalog.maintenance import journal
+from tests.pipeline.helpers import live_files
+
+HOUR_MS = 3_600_000
+
+
+def _store(log_dir: Path, now_ms: int) -> None:
+    assert run_cli("topics", "create", "--log-dir", str(log_dir), "--topic", "t", "--partitions", "2",
+                   "--config", "retention.ms=3600000", "--config", "segment.bytes=1024").code == 0
+    for partition, age_ms in ((0, 2 * HOUR_MS), (1, 0)):
+        lines = "".join(f"k{i}:v{i}\n" for i in range(200))
+        assert run_cli("produce", "--log-dir", str(log_dir), "--topic", "t", "--partition", str(partition),
+                       "--key-separator", ":", "--timestamp-ms", str(now_ms - age_ms), "--batch-records", "10",
+                       stdin=lines).code == 0
+    fresh = "".join(f"k{i}:new{i}\n" for i in range(30))  # partition 0 keeps these: not every segment goes
+    assert run_cli("produce", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--key-separator", ":",
+                   "--timestamp-ms", str(now_ms), "--batch-records", "10", stdin=fresh).code == 0
+
+
+def _marks(log_dir: Path) -> list[tuple[object, ...]]:
+    return [(e["topic"], e["partition"], e["action"], tuple(e["segments"]), e["log_start_offset_before"],
+             e["log_start_offset_after"], tuple(e["files"])) for e in journal.read(log_dir) if e["action"] != "create"]
+
+
+def test_a_flushed_partition_is_marked_from_its_listing_to_the_files_a_full_load_gives(tmp_path: Path) -> None:
+    now_ms = int(time.time() * 1000)
+    listed, loaded = tmp_path / "listed", tmp_path / "loaded"
+    _store(listed, now_ms)
+    before = _marks(listed)
+    shutil.copytree(listed, loaded)
+    # A broker's clean shutdown file: the full load consumes it, marking from the listing leaves it.
+    for log_dir in (listed, loaded):
+        (log_dir / names.CLEAN_SHUTDOWN_FILE).touch()
+    # Without its recovery point t-0 is not known flushed: it is loaded (and flushed) first.
+    points = checkpoint.read_offset_checkpoint(loaded / names.RECOVERY_POINT_CHECKPOINT)
+    del points[("t", 0)]
+    checkpoint.write_offset_checkpoint(loaded / names.RECOVERY_POINT_CHECKPOINT, points)
+
+    for log_dir in (listed, loaded):
+        done = run_cli("retention", "apply", "--log-dir", str(log_dir), "--now-ms", str(now_ms), "--json")
+        assert done.code == 0, done.err
+        applied = json.loads(done.out)["applied"]
+        assert [(a["topic"], a["partition"]) for a in applied] == [("t", 0)] and len(applied[0]["segments"]) >= 2
+    assert (listed / names.CLEAN_SHUTDOWN_FILE).exists()  # marked from the listing
+    assert not (loaded / names.CLEAN_SHUTDOWN_FILE).exists()  # loaded in full
+    (listed / names.CLEAN_SHUTDOWN_FILE).unlink()
+    assert live_files(listed) == live_files(loaded)
+    deleted = sorted(p.name for p in (listed / "t-0").glob("*" + names.DELETED_SUFFIX))
+    assert deleted == sorted(p.name for p in (loaded / "t-0").glob("*" + names.DELETED_SUFFIX)) and deleted
+    assert _marks(listed)[len(before):] == _marks(loaded)[len(before):]
+    # Both logs read the same from their new log start offset on.
+    for log_dir in (listed, loaded):
+        got = run_cli("consume", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--print-offset")
+        assert got.code == 0 and got.out == run_cli("consume", "--log-dir", str(listed), "--topic", "t",
+                                                    "--partition", "0", "--print-offset").out
+
+
+def test_checkpoint_entries_a_batch_holds_back_read_as_written(tmp_path: Path) -> None:
+    """Within ``batched_checkpoints`` every read sees the batch's updates (and removals) over the file."""
+    assert run_cli("topics", "create", "--log-dir", str(tmp_path), "--topic", "t", "--partitions", "3").code == 0
+    store = LogStore([tmp_path])
+    locations = store.partitions("t")
+    store.write_offsets(locations[2], recovery_point=7, log_start_offset=5)
+    with store.batched_checkpoints():
+        store.write_offsets(locations[0], recovery_point=12, log_start_offset=10)
+        store.write_offsets(locations[2], recovery_point=9, log_start_offset=0)  # 0: the entry goes
+        starts = store.log_dir_checkpoints(tmp_path).log_start_offsets
+        assert dict(starts) == {("t", 0): 10} and starts.get(("t", 2)) is None and len(starts) == 1
+        assert (tmp_path / names.LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()[2:] == ["t 2 5"]
+    assert dict(LogStore([tmp_path]).log_dir_checkpoints(tmp_path).log_start_offsets) == {("t", 0): 10}

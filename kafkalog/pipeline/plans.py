@@ -158,7 +158,9 @@ def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = 
     errors: list[Doc] = []  # the plan's own errors stay the plan's
     newest_mark_ms: int | None = None
     delay_ms = 0
-    with store.batched_checkpoints():
+    from kafkalog.maintenance import journal
+
+    with store.batched_checkpoints(), journal.group_commit():
         for doc in plan["partitions"]:
             _apply_one(store, plan["now_ms"], doc, run_id, dry_run, applied, errors, lock_timeout_s)
     for entry in applied:
@@ -213,20 +215,22 @@ def _apply_one(store: Any, now_ms: int, doc: Doc, run_id: str, dry_run: bool, ap
 
 def sweep(store: Any, locations: Iterable[Any], *, wall_now_ms: int, run_id: str, dry_run: bool = False) -> Doc:
     """Phase two for ``locations``: delete ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+    from kafkalog.maintenance import journal
     from kafkalog.maintenance.retention import sweep_partition
 
     partitions: list[Doc] = []
     errors: list[Doc] = []
-    for location in locations:
-        tp = location.topic_partition
-        try:
-            report = sweep_partition(store, location, wall_now_ms=wall_now_ms, run_id=run_id, dry_run=dry_run)
-        except (KafkaLogError, OSError) as exc:
-            errors.append(error_entry(tp.topic, tp.partition, str(exc)))
-            continue
-        errors += [error_entry(tp.topic, tp.partition, f"refused: {line}") for line in report.refused]
-        if report.deleted_files or report.waiting_files:
-            partitions.append(vars(report))
+    with journal.group_commit():
+        for location in locations:
+            tp = location.topic_partition
+            try:
+                report = sweep_partition(store, location, wall_now_ms=wall_now_ms, run_id=run_id, dry_run=dry_run)
+            except (KafkaLogError, OSError) as exc:
+                errors.append(error_entry(tp.topic, tp.partition, str(exc)))
+                continue
+            errors += [error_entry(tp.topic, tp.partition, f"refused: {line}") for line in report.refused]
+            if report.deleted_files or report.waiting_files:
+                partitions.append(vars(report))
     due = [p["next_due_ms"] for p in partitions if p["next_due_ms"] is not None]
     return {"wall_clock_ms": wall_now_ms, "dry_run": dry_run, "partitions": partitions, "errors": errors,
             "deleted_files": sum(len(p["deleted_files"]) for p in partitions),

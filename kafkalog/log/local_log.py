@@ -584,9 +584,10 @@ class LocalLog:
         for segment in doomed:
             segment.offset_index.close()
             segment.time_index.close()
-        return swap.mark_segments_deleted(self.directory, [s.base_offset for s in doomed],
-                                          log_start_offset=self.log_start_offset,
-                                          log_end_offset=self.log_end_offset, mark_time_ms=mark_time_ms)
+        marked = swap.mark_segments_deleted(self.directory, [s.base_offset for s in doomed],
+                                            log_start_offset=self.log_start_offset,
+                                            log_end_offset=self.log_end_offset, mark_time_ms=mark_time_ms)
+        return [self.directory / name for files in marked.values() for name in files]
 
     def align_leader_epochs(self) -> None:
         """``swap.align_leader_epochs`` for this log: retention runs it again when a retried mark finds its

@@ -24,48 +24,47 @@ from kafkalog.log.checkpoint import LeaderEpochFileCache, fsync_dir
 
 
 def _segment_files(directory: Path, base: int, state: str) -> list[Path]:
+    return [directory / name for name in _segment_file_names(base, state)]
+
+
+def _segment_file_names(base: int, state: str) -> list[str]:
     prefix = names.offset_prefix(base)
-    return [directory / f"{prefix}{suffix}{state}" for suffix in names.SEGMENT_SUFFIXES]
+    return [f"{prefix}{suffix}{state}" for suffix in names.SEGMENT_SUFFIXES]
 
 
-def mark_deleted(paths: Sequence[Path], *, mark_time_ms: int) -> list[Path]:
-    """Phase one of an asynchronous delete: stamp the mark time as mtime (so the
-    ``file.delete.delay.ms`` clock survives restarts), then rename to ``*.deleted``. Missing files are
-    skipped; returns the new paths. The files are one partition's: each is reached through the
-    directory's descriptor (one name for the kernel to resolve, not the whole path)."""
-    marked: list[Path] = []
-    if not paths:
-        return marked
-    directory = paths[0].parent
-    if any(path.parent != directory for path in paths):
-        raise ValueError(f"mark_deleted: files of more than one directory: {sorted({str(p.parent) for p in paths})}")
+def mark_deleted(directory: Path, file_names: Sequence[str], *, mark_time_ms: int) -> list[str]:
+    """Phase one of an asynchronous delete for files of ``directory``: stamp the mark time as mtime (so
+    the ``file.delete.delay.ms`` clock survives restarts), then rename to ``*.deleted``. Missing files
+    are skipped; returns the new names. Each file is reached through the directory's descriptor (one
+    name for the kernel to resolve, not the whole path)."""
+    marked: list[str] = []
     mark_ns = mark_time_ms * 1_000_000  # exact: the sweep reads it back as st_mtime_ns // 10**6
     dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for path in paths:
+        for name in file_names:
             try:
-                os.utime(path.name, ns=(mark_ns, mark_ns), dir_fd=dir_fd, follow_symlinks=False)
+                os.utime(name, ns=(mark_ns, mark_ns), dir_fd=dir_fd, follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            target = path.name + names.DELETED_SUFFIX
-            os.replace(path.name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            marked.append(directory / target)
+            target = name + names.DELETED_SUFFIX
+            os.replace(name, target, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            marked.append(target)
     finally:
         os.close(dir_fd)
     return marked
 
 
 def mark_segments_deleted(directory: Path, bases: Sequence[int], *, log_start_offset: int, log_end_offset: int,
-                          mark_time_ms: int) -> list[Path]:
+                          mark_time_ms: int) -> dict[int, list[str]]:
     """Phase one of Kafka's asynchronous delete (``deleteSegments``, spec §10.3) for the log's oldest
     segments at ``bases``, once the log start offset has moved to ``log_start_offset``: each segment's
     files (``.log`` first, so the segment leaves the log in one rename) and its producer snapshot are
     renamed to ``*.deleted``; then the leader epochs are aligned with the log that is left
-    (``align_leader_epochs``). Returns the marked files."""
-    marked: list[Path] = []
+    (``align_leader_epochs``). Returns the marked file names of each base."""
+    marked: dict[int, list[str]] = {}
     for base in bases:
-        files = [*_segment_files(directory, base, ""), names.snapshot_file(directory, base)]
-        marked += mark_deleted(files, mark_time_ms=mark_time_ms)
+        files = [*_segment_file_names(base, ""), names.snapshot_file(directory, base).name]
+        marked[base] = mark_deleted(directory, files, mark_time_ms=mark_time_ms)
     # After the renames, so a crash before them leaves no entry starting above records still in the log.
     align_leader_epochs(directory, log_start_offset=log_start_offset, log_end_offset=log_end_offset)
     return marked
@@ -96,10 +95,10 @@ def replace_segments(directory: Path, new_bases: Sequence[int], old_bases: Seque
     fsync_dir(directory)
     marked: list[Path] = []
     for base in sorted(old_bases):
-        files = _segment_files(directory, base, "")
+        files = _segment_file_names(base, "")
         if base not in new_bases:
-            files.append(names.snapshot_file(directory, base))
-        marked += mark_deleted(files, mark_time_ms=mark_time_ms)
+            files.append(names.snapshot_file(directory, base).name)
+        marked += [directory / name for name in mark_deleted(directory, files, mark_time_ms=mark_time_ms)]
     for base in sorted(new_bases):
         for path in _segment_files(directory, base, names.SWAP_SUFFIX):
             if path.exists():

@@ -114,7 +114,9 @@ def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPl
             journal.append(location.log_dir, journal.JournalEntry(
                 run_id, mark_ms, tp.topic, tp.partition, "roll", (log.active_segment.base_offset,),
                 "all segments deletable", log_start_offset_before=before, log_start_offset_after=before))
-        marked = log.mark_segments_deleted(len(todo), mark_time_ms=mark_ms) if todo else []
+        marked: dict[int, list[str]] = {}
+        for path in log.mark_segments_deleted(len(todo), mark_time_ms=mark_ms) if todo else []:
+            marked.setdefault(names.offset_from_file_name(path.name), []).append(path.name)
         if not todo:  # the plan's segments are marked already: a retry whose first try died after the renames
             log.align_leader_epochs()
         store.write_checkpoints(location, log)
@@ -122,16 +124,16 @@ def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPl
 
 
 def _journal_marks(location: PartitionLocation, run_id: str, mark_ms: int, todo: list[DeletableSegment],
-                   marked: list[Path], before: int, after: int, *, rolled: bool) -> RetentionReport:
+                   marked: dict[int, list[str]], before: int, after: int, *, rolled: bool) -> RetentionReport:
+    """Journal each marked segment with its files; the report of the mark. ``marked``: file names by base."""
     tp = location.topic_partition
     journal.append(location.log_dir, *(journal.JournalEntry(
         run_id, mark_ms, tp.topic, tp.partition, "mark-deleted", (segment.base_offset,),
         f"{segment.reason}: {segment.detail}", segment.size_bytes, before, after,
-        tuple(p.name for p in marked if names.offset_from_file_name(p.name) == segment.base_offset))
-        for segment in todo))
+        tuple(marked.get(segment.base_offset, ()))) for segment in todo))
     return RetentionReport(tp.topic, tp.partition, tuple(s.base_offset for s in todo),
                            sum(s.size_bytes for s in todo), rolled, before, after,
-                           tuple(p.name for p in marked), mark_ms if todo else None)
+                           tuple(name for files in marked.values() for name in files), mark_ms if todo else None)
 
 
 @dataclass

@@ -318,8 +318,8 @@ def test_change_file_suffixes(tmp_path: Path) -> None:
     segment.log_path.touch()
     assert not segment.offset_index.path.exists()
     assert not segment.time_index.path.exists()
-    marked = mark_deleted(segment.files(), mark_time_ms=T0)
-    assert marked == [Path(str(segment.log_path) + ".deleted")]
+    marked = mark_deleted(tmp_path, [path.name for path in segment.files()], mark_time_ms=T0)
+    assert marked == [segment.log_path.name + ".deleted"]
     assert not segment.log_path.exists()
     assert Path(str(segment.log_path) + ".deleted").exists()
     assert not Path(str(segment.offset_index.path) + ".deleted").exists()

@@ -401,8 +401,7 @@ _INDEX_ENTRY_BYTES = {names.INDEX_SUFFIX: 8, names.TIME_INDEX_SUFFIX: 12, names.
 _KNOWN_SEGMENT_SUFFIXES = frozenset({*_INDEX_ENTRY_BYTES, names.LOG_SUFFIX, names.SNAPSHOT_SUFFIX})
 
 
-def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: bool, *,
-                  every_segment: bool = True) -> int | None:
+def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: bool) -> int | None:
     """The log end offset of a partition that Kafka's loader opens without recovering anything, else None
     (then only the full load can tell what to do).
 
@@ -416,9 +415,6 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
     kafkalog writer flushes and records it when it closes a log, so a writer that died leaves the point
     behind the end) or a broker's ``.kafka_cleanshutdown`` in the log dir. Like Kafka's loader after a
     clean shutdown, it reads no index entries in between (``recover --full`` and ``verify`` check all).
-    Without ``every_segment`` only the last segment's files are checked (what finds the log end): the
-    listing is settled and the log was closed flushed, but an index the full load would rebuild may
-    remain, which a caller that reads no index (retention's marking) does not mind.
     """
     present: set[str] = set()
     logs: list[str] = []
@@ -443,7 +439,7 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
         if names.stray_snapshot_offsets(snapshots, {int(prefix) for prefix in logs}):
             return None  # a producer snapshot the loader removes
         log_end = -1
-        for prefix in logs if every_segment else logs[-1:]:
+        for prefix in logs:
             try:
                 log_end = _clean_segment_end(dir_fd, str(directory), prefix, present)
             except (FileNotFoundError, UnknownFileError):  # renamed since the listing, or not a regular file

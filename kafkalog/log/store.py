@@ -381,22 +381,21 @@ class LogStore:
         return self._clean_log_end(location, had_clean_shutdown(location.log_dir, consume=True))
 
     def flushed_log_end(self, location: PartitionLocation) -> int | None:
-        """The log end offset of a partition as its last kafkalog writer left it, closed and flushed: no
-        file the loader would resolve (a cleaner's, an orphan index, a stray snapshot), the last segment
-        whole, and the recovery point checkpoint at its end (what a full load and flush would make of
-        it); else None. Reads the last segment's tail and consumes nothing, not even a broker's clean
-        shutdown file. Retention marks such a partition from its listing, as Kafka's broker marks its
-        loaded log, instead of loading it again."""
-        return self._clean_log_end(location, False, every_segment=False)
+        """The log end offset of a partition as its last kafkalog writer left it, closed and flushed: Kafka's
+        loader would recover nothing (``snapshot.clean_log_end``: no file it would resolve, every segment
+        ending on a batch boundary with its indexes in range) and the recovery point checkpoint is at
+        the end (what a full load and flush would make of it); else None. Reads a few file headers and
+        consumes nothing, not even a broker's clean shutdown file. Retention marks such a partition from
+        its listing, as Kafka's broker marks its loaded log, instead of loading it again."""
+        return self._clean_log_end(location, False)
 
-    def _clean_log_end(self, location: PartitionLocation, clean_shutdown: bool, *,
-                       every_segment: bool = True) -> int | None:
+    def _clean_log_end(self, location: PartitionLocation, clean_shutdown: bool) -> int | None:
         from kafkalog.log.snapshot import clean_log_end
 
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
-        end = clean_log_end(location.directory, recovery, clean_shutdown, every_segment=every_segment)
+        end = clean_log_end(location.directory, recovery, clean_shutdown)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key, 0)
         return end if end is not None and start <= end else None
 

@@ -58,9 +58,13 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
     with partition_lock(location.directory, timeout_s=lock_timeout_s):
         snapshot = _snapshot(store, location, plan.now_ms)
         todo = _todo(store, snapshot, plan, cut)
-        if cut is None or not todo:
-            end = store.flushed_log_end(location) if cut is not None else None
-            if cut is None or end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
+        if cut is None:
+            return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
+                                   snapshot.log_start_offset, ())
+        if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
+            end = store.flushed_log_end(location)
+            if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
+                store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
                 return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                        snapshot.log_start_offset, ())
         elif len(todo) < len(snapshot.segments) and (end := store.flushed_log_end(location)) is not None:

@@ -82,3 +82,32 @@ def test_checkpoint_entries_a_batch_holds_back_read_as_written(tmp_path: Path) -
         assert dict(starts) == {("t", 0): 10} and starts.get(("t", 2)) is None and len(starts) == 1
         assert (tmp_path / names.LOG_START_OFFSET_CHECKPOINT).read_text().splitlines()[2:] == ["t 2 5"]
     assert dict(LogStore([tmp_path]).log_dir_checkpoints(tmp_path).log_start_offsets) == {("t", 0): 10}
+
+
+def test_a_retried_plan_records_the_log_start_offsets_a_killed_batch_did_not(tmp_path: Path) -> None:
+    """A ``mark_deleted`` task killed after its renames, before its batch wrote the checkpoints: its retry,
+    with the same plan, finds the segments marked and still records the log start offsets."""
+    now_ms = int(time.time() * 1000)
+    killed, reference = tmp_path / "killed", tmp_path / "reference"
+    _store(killed, now_ms)
+    shutil.copytree(killed, reference)
+    plan = tmp_path / "plan.json"
+    done = run_cli("retention", "plan", "--log-dir", str(killed), "--now-ms", str(now_ms), "--json")
+    assert done.code == 0
+    plan.write_text(done.out.replace(str(killed), str(reference)))
+    assert run_cli("retention", "apply", "--log-dir", str(reference), "--plan", str(plan)).code == 0
+    plan.write_text(done.out)
+
+    checkpoints = (names.LOG_START_OFFSET_CHECKPOINT, names.RECOVERY_POINT_CHECKPOINT)
+    unwritten = {name: (killed / name).read_bytes() if (killed / name).exists() else None for name in checkpoints}
+    assert run_cli("retention", "apply", "--log-dir", str(killed), "--plan", str(plan)).code == 0
+    assert (killed / names.LOG_START_OFFSET_CHECKPOINT).read_bytes() != unwritten[names.LOG_START_OFFSET_CHECKPOINT]
+    for name, data in unwritten.items():  # the kill: the batch's checkpoint writes never happened
+        if data is None:
+            (killed / name).unlink()
+        else:
+            (killed / name).write_bytes(data)
+
+    retry = run_cli("retention", "apply", "--log-dir", str(killed), "--plan", str(plan), "--json")
+    assert retry.code == 0 and json.loads(retry.out)["applied"][0]["segments"] == []
+    assert live_files(killed) == live_files(reference)

@@ -163,23 +163,29 @@ def sweep_partition(store: LogStore, location: PartitionLocation, *, wall_now_ms
     if directory.is_symlink() or directory.resolve().parent != location.log_dir.resolve():
         report.refused.append(f"{directory}: partition directory leads outside its log dir; not swept")
         return report
-    with os.scandir(directory) as entries:
-        doomed = sorted((e for e in entries if e.name.endswith(names.DELETED_SUFFIX)), key=lambda e: e.name)
+    # Through the directory's descriptor: each stat and unlink resolves one name, not the whole path.
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        with os.scandir(dir_fd) as entries:
+            doomed = sorted((e for e in entries if e.name.endswith(names.DELETED_SUFFIX)), key=lambda e: e.name)
         for entry in doomed:
             info = entry.stat(follow_symlinks=False)
             if not stat.S_ISREG(info.st_mode):
-                report.refused.append(f"{entry.path}: not a regular file ({names.file_kind(info.st_mode)}); left alone")
+                report.refused.append(f"{directory / entry.name}: not a regular file "
+                                      f"({names.file_kind(info.st_mode)}); left alone")
                 continue
             due_ms = info.st_mtime_ns // 1_000_000 + delay_ms
             if wall_now_ms >= due_ms:
                 if not dry_run:
-                    os.unlink(entry.path)
+                    os.unlink(entry.name, dir_fd=dir_fd)
                 report.deleted_files.append(entry.name)
                 report.deleted_bytes += info.st_size
             else:
                 report.waiting_files.append(entry.name)
                 report.waiting_bytes += info.st_size
                 report.next_due_ms = due_ms if report.next_due_ms is None else min(report.next_due_ms, due_ms)
+    finally:
+        os.close(dir_fd)
     if report.deleted_files and not dry_run:
         journal.append(location.log_dir, journal.JournalEntry(
             run_id, wall_now_ms, tp.topic, tp.partition, "sweep",

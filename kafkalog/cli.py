@@ -383,7 +383,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
     failures = list(plan["errors"])
     if args.action == "apply":
         _progress(args, "retention apply: marking")
-        applied = plans.apply_retention_plan(store, plan, run_id=run_id)
+        applied = plans.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
         doc["applied"] = applied["applied"]
         failures += applied["errors"]
         doc["errors"] = failures
@@ -593,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="apply this plan (`retention plan --json` output) instead of planning now; never "
                                 "marks more than it lists")
         if action != "sweep":
-            _add_processes(p, "plan")
+            _add_processes(p, "plan and mark" if action == "apply" else "plan")
         p.add_argument("--topic")
         p.add_argument("--partition", type=int)
         p.add_argument("--json", action="store_true")

@@ -148,21 +148,22 @@ def _plan_retention_share(store: Any, locations: Sequence[Any], *, now_ms: int) 
 
 
 def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = False,
-                         lock_timeout_s: float = 30.0) -> Doc:
+                         lock_timeout_s: float = 30.0, processes: int = 1) -> Doc:
     """Mark what ``plan`` lists as ``.deleted`` (never more). Returns, per partition, what was marked
     and when its files are due for deletion (``due_ms``: the mark time plus the topic's
     ``file.delete.delay.ms``), and the newest mark time (the wall clock the wait counts from). A
-    partition whose lock another process holds for ``lock_timeout_s`` is an error marked ``locked``."""
+    partition whose lock another process holds for ``lock_timeout_s`` is an error marked ``locked``.
+    With ``processes`` > 1 the partitions are marked across this process and forked ones, as
+    ``plan_retention`` plans them (each under its own lock, so the result is the one a single process
+    gets)."""
     check_plan_store(store, plan)
-    applied: list[Doc] = []
-    errors: list[Doc] = []  # the plan's own errors stay the plan's
+    due = [doc for doc in plan["partitions"] if doc["segments"]]
+    shares = map_shares(partial(_apply_share, store, plan["now_ms"], run_id=run_id, dry_run=dry_run,
+                                lock_timeout_s=lock_timeout_s), due, processes)
+    applied = [entry for done, _ in shares for entry in done]
+    errors = [entry for _, failed in shares for entry in failed]  # the plan's own errors stay the plan's
     newest_mark_ms: int | None = None
     delay_ms = 0
-    from kafkalog.maintenance import journal
-
-    with store.batched_checkpoints(), journal.group_commit():
-        for doc in plan["partitions"]:
-            _apply_one(store, plan["now_ms"], doc, run_id, dry_run, applied, errors, lock_timeout_s)
     for entry in applied:
         if entry.get("mark_time_ms") is not None:
             mark_ms = entry.pop("mark_time_ms")
@@ -173,6 +174,19 @@ def apply_retention_plan(store: Any, plan: Doc, *, run_id: str, dry_run: bool = 
     return {"now_ms": plan["now_ms"], "dry_run": dry_run, "applied": applied, "errors": errors,
             "segments": sum(len(a["segments"]) for a in applied), "bytes": sum(a["bytes"] for a in applied),
             "newest_mark_ms": newest_mark_ms, "file_delete_delay_ms": delay_ms}
+
+
+def _apply_share(store: Any, now_ms: int, docs: Sequence[Doc], *, run_id: str, dry_run: bool,
+                 lock_timeout_s: float) -> tuple[list[Doc], list[Doc]]:
+    """Mark one share of a plan's partitions: checkpoints written and the journal fsynced once, at its end."""
+    from kafkalog.maintenance import journal
+
+    applied: list[Doc] = []
+    errors: list[Doc] = []
+    with store.batched_checkpoints(), journal.group_commit():
+        for doc in docs:
+            _apply_one(store, now_ms, doc, run_id, dry_run, applied, errors, lock_timeout_s)
+    return applied, errors
 
 
 def _apply_one(store: Any, now_ms: int, doc: Doc, run_id: str, dry_run: bool, applied: list[Doc],

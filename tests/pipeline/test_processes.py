@@ -49,6 +49,40 @@ def test_a_plan_split_across_processes_is_the_plan_of_one(tmp_path: Path, monkey
     assert plans.plan_retention(store, locations, now_ms, processes=3) == one
 
 
+def test_marks_split_across_processes_are_the_marks_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each share marks its partitions under their locks and writes its checkpoints and journal at its
+    end: the store ends as one process leaves it, the checkpoints holding every share's entries."""
+    import shutil
+
+    from kafkalog.maintenance import journal
+    from tests.pipeline.helpers import live_files
+
+    one_dir, split_dir = tmp_path / "one", tmp_path / "split"
+    build_store(one_dir, 7)
+    shutil.copytree(one_dir, split_dir)
+    now_ms = T0 + 5 * HOUR_MS
+
+    def apply(log_dir: Path, processes: int) -> list[tuple[object, ...]]:
+        store = LogStore([log_dir])
+        plan = plans.plan_retention(store, store.partitions(), now_ms)
+        done = plans.apply_retention_plan(store, plan, run_id="r", processes=processes)
+        assert done["errors"] == []
+        return [(a["partition"], a["segments"], a["log_start_offset_after"], a["marked_files"])
+                for a in done["applied"]]
+
+    one = apply(one_dir, 1)
+    monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 2)
+    assert apply(split_dir, 3) == one
+    assert [(p, len(segments), start) for p, segments, start, _ in one] == \
+        [(0, 1, 1), (1, 2, 2), (2, 3, 3), (3, 3, 3), (4, 3, 3), (5, 3, 3), (6, 3, 3)]
+    assert live_files(split_dir) == live_files(one_dir)
+
+    def marks(log_dir: Path) -> list[tuple[object, ...]]:
+        return sorted((e["partition"], tuple(e["segments"]), tuple(e["files"])) for e in journal.read(log_dir)
+                      if e["action"] == "mark-deleted")
+    assert marks(split_dir) == marks(one_dir) and len(marks(one_dir)) == 18
+
+
 def test_a_status_split_across_processes_is_the_status_of_one(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     store = build_store(tmp_path, 7)

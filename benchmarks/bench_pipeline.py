@@ -110,6 +110,10 @@ def run_airflow(airflow: LocalAirflow, root: Path) -> tuple[float, dict[str, flo
     state = airflow.wait_for_run(CLEANUP, run_id, timeout_s=3600)
     total = time.perf_counter() - started
     if state != "success":
+        failed = [task for task, task_state in airflow.task_states(CLEANUP, run_id).items() if task_state == "failed"]
+        for task in failed:  # the logs go with the run's temporary directory: show why here
+            for log in sorted(airflow.home.glob(f"logs/**/task_id={task.split('[')[0]}/**/*.log")):
+                print(f"--- {log}\n" + log.read_text(errors="replace")[-3000:], flush=True)
         raise SystemExit(f"{CLEANUP} run {run_id} ended {state}: {airflow.task_states(CLEANUP, run_id)}")
     tasks: dict[str, float] = {}
     for ti in airflow.task_instances(CLEANUP, run_id):

@@ -57,10 +57,10 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
     cut = max((s.base_offset for s in plan.segments), default=None)
     with partition_lock(location.directory, timeout_s=lock_timeout_s):
         snapshot = _snapshot(store, location, plan.now_ms)
-        todo = _todo(store, snapshot, plan, cut)
         if cut is None:
             return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                    snapshot.log_start_offset, ())
+        todo = _todo(store, snapshot, plan, cut)
         if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
             end = store.flushed_log_end(location)
             if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
@@ -78,9 +78,10 @@ def _snapshot(store: LogStore, location: PartitionLocation, now_ms: int) -> LogS
                         store.log_dir_checkpoints(location.log_dir), now_ms=now_ms)
 
 
-def _todo(store: LogStore, snapshot: LogSnapshot, plan: RetentionPlan, cut: int | None) -> list[DeletableSegment]:
+def _todo(store: LogStore, snapshot: LogSnapshot, plan: RetentionPlan, cut: int) -> list[DeletableSegment]:
+    """What the plan, made again from ``snapshot`` with its clock, still deletes up to its cut."""
     fresh = plan_retention(snapshot, plan.now_ms, broker=store.broker)
-    return [s for s in fresh.segments if cut is not None and s.base_offset <= cut]
+    return [s for s in fresh.segments if s.base_offset <= cut]
 
 
 def _epochs_aligned(location: PartitionLocation, log_start_offset: int, log_end_offset: int) -> bool:
@@ -103,7 +104,7 @@ def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: LogSna
     return _journal_marks(location, run_id, mark_ms, todo, marked, before, after, rolled=False)
 
 
-def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPlan, cut: int | None, run_id: str,
+def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPlan, cut: int, run_id: str,
                  lock_timeout_s: float) -> RetentionReport:
     """Mark the plan's segments on the partition loaded in full (recovered first where it needs it)."""
     tp = location.topic_partition

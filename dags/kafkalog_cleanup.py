@@ -1,6 +1,10 @@
 """``kafkalog_cleanup``: one cleanup cycle of a Kafka-format log store, the work Kafka's LogManager
 and LogCleaner threads do on a broker, every ``log.retention.check.interval.ms``.
 
+One DAG per store of ``[kafkalog] stores`` (``kafkalog_cleanup`` for ``kafkalog_default``,
+``kafkalog_cleanup__<conn id>`` for the others), each scheduled by its broker file's interval and run on
+its connection's queue.
+
 Each task reads its params and context, calls one step of ``kafkalog.pipeline.cycle`` and returns a
 small dict; plans and results live in the run dir every worker sees. Nothing here touches a log dir,
 numba or pyspark at parse time.
@@ -9,28 +13,24 @@ numba or pyspark at parse time.
 from __future__ import annotations
 
 import datetime
-import os
 from typing import Any
 
-from airflow.sdk import TriggerRule, dag, task
+from airflow.sdk import Param, TriggerRule, dag, task
 
-from kafkalog.log.config import BrokerConfig
-from kafkalog.pipeline import cycle
-from kafkalog.pipeline.operators import (
+from kafkalog.airflow.operators import (
     CompactLogsOperator,
     WaitFileDeleteDelayOperator,
     cycle_params,
     cycle_settings,
     failing_fast,
     maintenance_task,
+    parse_time_store,
     report_run,
     require_scan,
     run_dir,
 )
-
-# Kafka's retention check interval (log.retention.check.interval.ms, default 5 minutes) is the cycle.
-INTERVAL = datetime.timedelta(
-    milliseconds=BrokerConfig.load(os.environ.get("KAFKALOG_CONFIG") or None).log_retention_check_interval_ms)
+from kafkalog.airflow.provider import cleanup_dag_id, configured_stores
+from kafkalog.pipeline import cycle
 
 DEFAULT_ARGS = {
     "owner": "kafkalog",
@@ -42,16 +42,7 @@ DEFAULT_ARGS = {
 }
 
 
-@dag(
-    dag_id="kafkalog_cleanup",
-    schedule=INTERVAL,
-    start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    params=cycle_params(),
-    tags=["kafkalog", "kafka", "maintenance"],
-    doc_md=__doc__ + """
+DOC = """
 **Tasks.** `scan_partitions` resolves interrupted swaps and topic deletions and splits the partitions
 into shards by bytes. Per shard, `plan_retention` writes Kafka's `deleteOldSegments` decisions to a
 plan file and `mark_deleted` applies *that* plan (phase one: `.deleted`, log start offsets).
@@ -70,9 +61,33 @@ error, and the tasks that need the scan are skipped; I/O errors and held locks a
 
 **Clock.** The end of the run's data interval (a backfilled run decides what was due at its date),
 never later than the wall clock. Grace periods promised to readers run on the wall clock.
-""",
-)
-def kafkalog_cleanup() -> None:
+"""
+
+
+def cleanup_dag(conn_id: str) -> None:
+    """The cleanup DAG of the store of connection ``conn_id``."""
+    store = parse_time_store(conn_id)
+
+    @dag(
+        dag_id=cleanup_dag_id(conn_id),
+        # Kafka's retention check interval (log.retention.check.interval.ms, default 5 minutes) is the cycle.
+        schedule=store.interval,
+        start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
+        catchup=False,
+        max_active_runs=1,
+        default_args={**DEFAULT_ARGS, **({"queue": store.queue} if store.queue else {})},
+        params=cycle_params(Param(conn_id, type="string", enum=[conn_id],
+                                  description="The store this DAG maintains (its kafkalog connection).")),
+        tags=["kafkalog", "kafka", "maintenance", f"store:{conn_id}"],
+        doc_md=f"{__doc__}\n**Store.** Connection `{conn_id}`{store.note}.\n{DOC}",
+    )
+    def kafkalog_cleanup() -> None:
+        _cycle()
+
+    kafkalog_cleanup()
+
+
+def _cycle() -> None:
     @task
     def scan_partitions(**context: Any) -> list[dict[str, Any]]:
         """Recover interrupted swaps and topic deletions, inventory the log dirs, shard them by bytes."""
@@ -142,4 +157,5 @@ def kafkalog_cleanup() -> None:
     [deleted, compact] >> report()
 
 
-kafkalog_cleanup()
+for _conn_id in configured_stores():
+    cleanup_dag(_conn_id)

@@ -17,8 +17,7 @@ from typing import Any
 
 from airflow.sdk import Param, TriggerRule, dag, task
 
-from kafkalog.pipeline import cycle
-from kafkalog.pipeline.operators import (
+from kafkalog.airflow.operators import (
     TOPIC_PATTERN,
     CompactLogsOperator,
     cycle_params,
@@ -27,6 +26,8 @@ from kafkalog.pipeline.operators import (
     report_run,
     run_dir,
 )
+from kafkalog.airflow.provider import DEFAULT_CONN_ID, configured_stores
+from kafkalog.pipeline import cycle
 
 
 @dag(
@@ -38,6 +39,8 @@ from kafkalog.pipeline.operators import (
                   "retry_exponential_backoff": 2.0, "max_retry_delay": datetime.timedelta(minutes=10),
                   "execution_timeout": datetime.timedelta(hours=1)},
     params=cycle_params(
+        Param(DEFAULT_CONN_ID, type="string", enum=configured_stores(),
+              description="The store (its kafkalog connection), one of [kafkalog] stores."),
         topic=Param("", type="string", pattern=TOPIC_PATTERN, description="The compacted topic to compact now."),
         partitions=Param(None, type=["null", "array"], uniqueItems=True, items={"type": "integer", "minimum": 0},
                          description="Only these partitions (default: every partition of the topic)."),

@@ -6,7 +6,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kafkalog"
-RANK = {"errors": 0, "format": 1, "log": 2, "policy": 3, "maintenance": 4, "tools": 5, "pipeline": 6, "cli": 7}
+RANK = {"errors": 0, "format": 1, "log": 2, "policy": 3, "maintenance": 4, "tools": 5, "pipeline": 6, "airflow": 7,
+        "cli": 8}
 
 
 def _layer(module: str) -> str:

@@ -21,12 +21,13 @@ from conftest import run_cli, tree_digest
 from helpers import REPO, airflow_env
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
+from kafkalog.airflow import log_store_detail
+from kafkalog.airflow.log_store_inventory import SnapshotMemo, build_inventory
 from kafkalog.errors import ConfigError
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline import cycle, log_store_detail
+from kafkalog.pipeline import cycle
 from kafkalog.pipeline.cycle import CycleSettings
-from kafkalog.pipeline.log_store_inventory import SnapshotMemo, build_inventory
 from kafkalog.tools.status import status_rows
 
 OFF = "log.cleaner.enable=false"

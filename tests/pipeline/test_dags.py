@@ -25,7 +25,7 @@ for dag_id, dag in bag.dags.items():
         tasks[t.task_id] = {"upstream": sorted(t.upstream_task_ids),
                             "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule), "retries": t.retries,
                             "backoff": t.retry_exponential_backoff, "doc": bool(t.doc_md),
-                            "owner": t.owner, "timeout": None if t.execution_timeout is None else
+                            "owner": t.owner, "queue": t.queue, "timeout": None if t.execution_timeout is None else
                             t.execution_timeout.total_seconds(),
                             "mapped": bool(getattr(t, "is_mapped", False)) or "Mapped" in type(t).__name__}
     refused = {}
@@ -39,24 +39,55 @@ for dag_id, dag in bag.dags.items():
             refused[name] = type(exc).__name__
     out["dags"][dag_id] = {"tasks": tasks, "schedule": str(dag.schedule), "catchup": dag.catchup,
                            "max_active_runs": dag.max_active_runs, "tags": sorted(dag.tags), "doc": bool(dag.doc_md),
-                           "params": sorted(dag.params), "refused": refused}
+                           "params": sorted(dag.params), "refused": refused,
+                           "store": dag.params.get_param("store").schema.get("enum")}
 print("RESULT " + json.dumps(out))
 '''
-BAD_VALUES = {"topics": "events", "log_dirs": ["relative/dir"], "dry_run": "yes", "wall_now_ms": -1,
+BAD_VALUES = {"store": "another_store", "topics": "events", "log_dirs": ["relative/dir"], "dry_run": "yes", "wall_now_ms": -1,
               "config_file": 5}
 
 
-@pytest.fixture(scope="module")
-def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    home = tmp_path_factory.mktemp("parse")
-    (home / "broker.properties").write_text("log.retention.check.interval.ms=120000\n")
-    env = airflow_env(home, KAFKALOG_CONFIG=str(home / "broker.properties"), KAFKALOG_LOG_DIRS="/data/a,/data/b")
+def _parse(env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-c", PARSE, env["AIRFLOW__CORE__DAGS_FOLDER"], json.dumps(BAD_VALUES)],
                           env=env, capture_output=True, text=True, timeout=120)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
     return result
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("parse")
+    (home / "broker.properties").write_text("log.retention.check.interval.ms=120000\n")
+    return _parse(airflow_env(home, KAFKALOG_CONFIG=str(home / "broker.properties"),
+                              KAFKALOG_LOG_DIRS="/data/a,/data/b"))
+
+
+def test_each_configured_store_has_its_cleanup_dag_with_its_schedule_and_queue(tmp_path: Path) -> None:
+    (tmp_path / "b.properties").write_text("log.retention.check.interval.ms=60000\n")
+    (tmp_path / "c.properties").write_text("log.retention.check.interval.ms=oops\n")
+    env = airflow_env(tmp_path, AIRFLOW__KAFKALOG__STORES="kafkalog_default, store_b,store-c",
+                      AIRFLOW_CONN_STORE_B=json.dumps({"conn_type": "kafkalog", "extra": {
+                          "log_dirs": "/never/read", "config_file": str(tmp_path / "b.properties"),
+                          "queue": "host-b"}}),
+                      AIRFLOW_CONN_STORE_C=json.dumps({"conn_type": "kafkalog", "extra": {
+                          "config_file": str(tmp_path / "c.properties")}}))
+    env.pop("KAFKALOG_CONFIG", None)
+    parsed = _parse(env)
+    assert parsed["errors"] == {} and parsed["heavy"] == []
+    dags = parsed["dags"]
+    assert sorted(dags) == ["kafkalog_cleanup", "kafkalog_cleanup__store-c", "kafkalog_cleanup__store_b",
+                            "kafkalog_compact"]
+    assert dags["kafkalog_cleanup"]["schedule"] == "0:05:00"  # Kafka's default: no broker file
+    assert dags["kafkalog_cleanup__store_b"]["schedule"] == "0:01:00"  # its own broker file's interval
+    # A broker file that cannot be read when parsed leaves Kafka's default, not a broken DAG folder.
+    assert dags["kafkalog_cleanup__store-c"]["schedule"] == "0:05:00"
+    assert {t["queue"] for t in dags["kafkalog_cleanup__store_b"]["tasks"].values()} == {"host-b"}
+    assert {t["queue"] for t in dags["kafkalog_cleanup"]["tasks"].values()} == {"default"}
+    assert dags["kafkalog_cleanup__store_b"]["store"] == ["store_b"]  # a store's DAG maintains only it
+    assert dags["kafkalog_compact"]["store"] == ["kafkalog_default", "store_b", "store-c"]
+    assert "store:store_b" in dags["kafkalog_cleanup__store_b"]["tags"]
 
 
 def test_the_dag_folder_imports_without_errors_or_heavy_modules(parsed: dict[str, Any]) -> None:
@@ -81,8 +112,8 @@ def test_the_cleanup_dag_has_the_documented_shape(parsed: dict[str, Any]) -> Non
     assert all(t["timeout"] for name, t in tasks.items() if name != "wait_file_delete_delay")
     assert dag["schedule"] == "0:02:00"  # log.retention.check.interval.ms of the broker file
     assert dag["catchup"] is False and dag["max_active_runs"] == 1 and dag["doc"]
-    assert dag["tags"] == ["kafka", "kafkalog", "maintenance"]
-    assert dag["params"] == ["config_file", "dry_run", "log_dirs", "topics", "wall_now_ms"]
+    assert dag["tags"] == ["kafka", "kafkalog", "maintenance", "store:kafkalog_default"]
+    assert dag["params"] == ["config_file", "dry_run", "log_dirs", "store", "topics", "wall_now_ms"]
 
 
 def test_the_trigger_form_refuses_bad_params(parsed: dict[str, Any]) -> None:

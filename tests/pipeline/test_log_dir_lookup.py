@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from kafkalog.airflow.log_store_view import StoreSpec
+from kafkalog.airflow.operators import _log_dirs
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.store import configured_broker_file, configured_log_dirs
-from kafkalog.pipeline.log_store_view import StoreSpec
-from kafkalog.pipeline.operators import _log_dirs
 
 
 def test_given_then_environment_then_broker_file(tmp_path: Path) -> None:
@@ -33,6 +33,10 @@ def test_the_broker_config_remembers_its_file(tmp_path: Path) -> None:
                                                         "broker.id": "3"}
 
 
+# A task's context as far as the lookup reads it: a run of kafkalog_default's DAG with empty params.
+DEFAULT_STORE_RUN = {"params": {"store": "kafkalog_default", "log_dirs": [], "config_file": None}}
+
+
 def test_each_driver_finds_the_same_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     broker_file = tmp_path / "server.properties"
@@ -43,10 +47,10 @@ def test_each_driver_finds_the_same_dirs(tmp_path: Path, monkeypatch: pytest.Mon
     assert created.code == 0, created.err
     assert sorted(p.name for d in (a, b) for p in d.iterdir() if p.is_dir()) == ["t-0", "t-1"]
     assert not any(p.name.startswith(" ") for p in Path.cwd().iterdir())
-    assert StoreSpec.from_env().log_dirs == (str(a), str(b))
-    assert _log_dirs({"log_dirs": [], "config_file": None}) == [str(a), str(b)]
+    assert StoreSpec.of("kafkalog_default").log_dirs == (str(a), str(b))
+    assert _log_dirs(DEFAULT_STORE_RUN) == [str(a), str(b)]
     monkeypatch.delenv("KAFKALOG_LOG_DIRS")  # now the broker file's log.dirs, for every driver
-    assert StoreSpec.from_env().log_dirs == (str(a), str(b))
-    assert _log_dirs({"log_dirs": [], "config_file": None}) == [str(a), str(b)]
+    assert StoreSpec.of("kafkalog_default").log_dirs == (str(a), str(b))
+    assert _log_dirs(DEFAULT_STORE_RUN) == [str(a), str(b)]
     described = run_cli("topics", "describe", "--topic", "t")
     assert described.code == 0 and "t" in described.out, described.err

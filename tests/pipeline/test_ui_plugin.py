@@ -40,13 +40,13 @@ import pytest
 from conftest import run_cli
 from helpers import REPO, require_spark
 
+from kafkalog.airflow import log_store_inventory
+from kafkalog.airflow.log_store_inventory import JournalTail, SnapshotMemo, build_inventory
+from kafkalog.airflow.log_store_view import InventoryCache, StoreSpec
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import journal
-from kafkalog.pipeline import log_store_inventory
 from kafkalog.pipeline.airflow_local import LocalAirflow
-from kafkalog.pipeline.log_store_inventory import JournalTail, SnapshotMemo, build_inventory
-from kafkalog.pipeline.log_store_view import InventoryCache, StoreSpec
 from kafkalog.tools.demo import write_demo_store
 from kafkalog.tools.status import status_rows
 
@@ -344,8 +344,7 @@ def test_compact_now_triggers_kafkalog_compact_as_the_caller(ui: Ui) -> None:
     assert doc["dag_run"]["path"] == f"dags/kafkalog_compact/runs/{urllib.parse.quote(run_id, safe='')}"
     run = ui.get(f"/api/v2/dags/kafkalog_compact/dagRuns/{urllib.parse.quote(run_id, safe='')}")
     assert run["triggering_user_name"] == "admin"
-    assert run["conf"] == {"log_dirs": [str(ui.store.resolve())], "config_file": str(ui.broker), "topic":
-                           "demo-changelog", "partitions": [0]}
+    assert run["conf"] == {"store": "kafkalog_default", "topic": "demo-changelog", "partitions": [0]}
     audit = ui.get("/api/v2/eventLogs?dag_id=kafkalog_compact&event=trigger_dag_run")["event_logs"]
     assert [e["owner"] for e in audit] == ["admin"]
 

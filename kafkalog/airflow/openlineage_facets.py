@@ -1,5 +1,5 @@
 """OpenLineage for the pipeline's tasks: the topics a task read and changed as datasets (the same
-names as the Airflow Assets, ``kafkalog.pipeline.lineage``), each changed topic with the
+names as the Airflow Assets, ``kafkalog.airflow.lineage``), each changed topic with the
 ``kafkalogMaintenance`` facet carrying what changed. Imported only when a task's lineage is
 extracted, so the DAGs parse without the OpenLineage client.
 """
@@ -13,7 +13,7 @@ import attr
 from airflow.providers.common.compat.openlineage.facet import DatasetFacet, InputDataset, OutputDataset
 from airflow.providers.openlineage.extractors import OperatorLineage
 
-from kafkalog.pipeline import lineage
+from kafkalog.airflow import lineage
 
 FACET_NAME = "kafkalogMaintenance"
 FACET_SCHEMA = "https://kafkalog.dev/spec/facets/1-0-0/KafkalogMaintenanceDatasetFacet.json"
@@ -32,8 +32,9 @@ class KafkalogMaintenanceDatasetFacet(DatasetFacet):
         return FACET_SCHEMA
 
 
-def operator_lineage(task_id: str, result: Mapping[str, Any] | None) -> OperatorLineage:  # type: ignore[type-arg]
-    ns = lineage.namespace()
+def operator_lineage(task_id: str, result: Mapping[str, Any] | None,
+                     store: str | None) -> OperatorLineage:  # type: ignore[type-arg]
+    ns = lineage.namespace(store)
     changed = lineage.changed_topics(result)
     inputs = [InputDataset(namespace=ns, name=t) for t in lineage.read_topics(result)]
     outputs = [OutputDataset(namespace=ns, name=t,

@@ -18,6 +18,7 @@ import datetime
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator, Context, Param
 from airflow.sdk.bases.decorator import DecoratedOperator, TaskDecorator, task_decorator_factory
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from kafkalog.pipeline import lineage
+from kafkalog.airflow import lineage
+from kafkalog.airflow.hooks import DEFAULT_SPARK_CONN_ID, KafkalogHook, StoreConnection
+from kafkalog.airflow.provider import run_dir_base
 from kafkalog.pipeline.cycle import (
     CycleSettings,
     compaction_changes,
@@ -43,8 +46,6 @@ from kafkalog.pipeline.cycle import (
     wall_clock_ms,
 )
 
-STATE_DIR_ENV = "KAFKALOG_PIPELINE_DIR"  # where run dirs go (default: beside the first log dir)
-SPARK_CONN_ID = "spark_default"
 TOPIC_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
 WAIT_SLACK = datetime.timedelta(minutes=10)  # how long past its moment a wait may take before it fails
 ERROR_XCOM_KEY = "kafkalog_error"  # a failed task's error, for the report task to name the cause
@@ -55,34 +56,61 @@ SCAN_TASK = "scan_partitions"
 EPOCH_MS_MIN, EPOCH_MS_MAX = 10**12, 10**13 - 1
 
 
-def _env_list(name: str) -> list[str]:
-    return [d.strip() for d in os.environ.get(name, "").split(",") if d.strip()]
+@dataclass(frozen=True)
+class ParsedStore:
+    """What a store's cleanup DAG needs when its file is parsed: its schedule and queue."""
+
+    interval: datetime.timedelta
+    queue: str | None
+    note: str  # for the DAG's doc: where they came from, or why the defaults are used
 
 
-def _log_dirs(params: Mapping[str, Any]) -> list[str]:
-    """The run's log dirs, found as every driver finds them: the param, else $KAFKALOG_LOG_DIRS, else
-    ``log.dirs`` of the broker file (the ``config_file`` param or $KAFKALOG_CONFIG)."""
+def parse_time_store(conn_id: str) -> ParsedStore:
+    """The store's retention check interval (``log.retention.check.interval.ms`` of its broker file) and
+    queue, read from its connection as the DAG file is parsed (no log dir is read). A connection or
+    broker file that cannot be read leaves the DAG on Kafka's default interval and the default queue,
+    and its scan names the problem, instead of breaking every store's DAGs at parse time."""
+    from kafkalog.errors import KafkaLogError
     from kafkalog.log.config import BrokerConfig
-    from kafkalog.log.store import configured_broker_file, configured_log_dirs
 
-    given = configured_log_dirs(params["log_dirs"], None)
-    if given:  # the broker file is not read for them: a bad one fails the scan, not the lookup of the run dir
-        return given
-    config = configured_broker_file(params.get("config_file"))
-    return configured_log_dirs(params["log_dirs"], BrokerConfig.load(config) if config else None)
+    try:
+        store = KafkalogHook(conn_id).store
+        interval_ms = BrokerConfig.load(store.config_file).log_retention_check_interval_ms
+    except (KafkaLogError, OSError) as exc:
+        return ParsedStore(datetime.timedelta(milliseconds=BrokerConfig.load(None).log_retention_check_interval_ms),
+                           None, f" (not readable when parsed: {exc}; Kafka's default interval)")
+    note = f", store `{store.name}`" + (f", queue `{store.queue}`" if store.queue else "")
+    return ParsedStore(datetime.timedelta(milliseconds=interval_ms), store.queue, note)
 
 
-def cycle_params(**extra: Param) -> dict[str, Param]:
+def store_of(context: Mapping[str, Any]) -> StoreConnection:
+    """The store this run maintains: the ``kafkalog`` connection its ``store`` param names."""
+    return KafkalogHook(context["params"]["store"]).store
+
+
+def _log_dirs(context: Mapping[str, Any]) -> list[str]:
+    """The run's log dirs: the ``log_dirs`` param, else the store's (its connection's), else ``log.dirs``
+    of the broker file (the ``config_file`` param, else the store's)."""
+    params = context["params"]
+    return store_of(context).resolved_log_dirs(params["log_dirs"], params.get("config_file"))
+
+
+def _config_file(context: Mapping[str, Any]) -> str | None:
+    return context["params"].get("config_file") or store_of(context).config_file
+
+
+def cycle_params(store: Param, **extra: Param) -> dict[str, Param]:
     """The trigger form of both DAGs, validated by Airflow before a run is created: what a JSON schema
-    can refuse is refused there (the rest fails the first task at once, naming the value)."""
+    can refuse is refused there (the rest fails the first task at once, naming the value). Nothing in
+    it is read from a store or the environment when the DAG file is parsed."""
     return {
-        "log_dirs": Param(_env_list("KAFKALOG_LOG_DIRS"), type="array", uniqueItems=True,
-                          items={"type": "string", "pattern": "^/.*[^/]"},
+        "store": store,
+        "log_dirs": Param([], type="array", uniqueItems=True, items={"type": "string", "pattern": "^/.*[^/]"},
                           description="Absolute paths of the log dirs (Kafka's log.dirs), each once, not /. Empty: "
-                                      "the workers' $KAFKALOG_LOG_DIRS, else log.dirs of the broker config file."),
-        "config_file": Param(os.environ.get("KAFKALOG_CONFIG") or None, type=["null", "string"], pattern="^/",
+                                      "the store's (its kafkalog connection's), else log.dirs of the broker file."),
+        "config_file": Param(None, type=["null", "string"], pattern="^/",
                              description="Absolute path of the broker defaults, server.properties style "
-                                         "(log.retention.hours=…). Default: $KAFKALOG_CONFIG."),
+                                         "(log.retention.hours=…). Empty: the store's."),
         "topics": Param(None, type=["null", "array"], uniqueItems=True,
                         items={"type": "string", "pattern": TOPIC_PATTERN},
                         description="Only these topics (default: every topic)."),
@@ -105,8 +133,8 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
     return CycleSettings(
         run_id=f"{context['dag'].dag_id}/{context['run_id']}",
         now_ms=cycle_clock_ms(int(logical.timestamp() * 1000)),
-        log_dirs=tuple(_log_dirs(params)),
-        config_file=params.get("config_file") or None,
+        log_dirs=tuple(_log_dirs(context)),
+        config_file=_config_file(context),
         topics=None if params.get("topics") is None else tuple(params["topics"]),
         dry_run=bool(params.get("dry_run")),
         wall_now_ms=params.get("wall_now_ms"))
@@ -114,13 +142,7 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
 
 def run_dir(context: Mapping[str, Any]) -> Path:
     """The run dir of this DAG run (derived, not passed: every task of the run finds the same one)."""
-    from kafkalog.errors import ConfigError
-
-    params = context["params"]
-    log_dirs = _log_dirs(params)
-    if not log_dirs:
-        raise ConfigError("no log dirs: set the log_dirs param, KAFKALOG_LOG_DIRS or log.dirs in the broker file")
-    return run_dir_for(os.environ.get(STATE_DIR_ENV), log_dirs, context["dag"].dag_id, context["run_id"])
+    return run_dir_for(run_dir_base(), _log_dirs(context), context["dag"].dag_id, context["run_id"])
 
 
 # --- failures: one classification for every task ---------------------------------------------------------
@@ -209,17 +231,19 @@ class _LineageMixin:
     """Turns a step's ``topics`` into asset events and OpenLineage datasets."""
 
     _kafkalog_result: Mapping[str, Any] | None = None
+    _kafkalog_store: str | None = None
 
     def emit_topic_events(self, context: Context, result: Mapping[str, Any] | None) -> None:
         self._kafkalog_result = result
+        self._kafkalog_store = store_of(context).name
         for topic, change in lineage.changed_topics(result).items():
             context["outlet_events"][AssetAlias(lineage.TOPICS_ALIAS)].add(
-                Asset(lineage.topic_asset_uri(topic)), extra={"task": self.task_id, **change})  # type: ignore[attr-defined]
+                Asset(lineage.topic_asset_uri(topic, store_of(context).name)), extra={"task": self.task_id, **change})  # type: ignore[attr-defined]
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        from kafkalog.pipeline.openlineage_facets import operator_lineage
+        from kafkalog.airflow.openlineage_facets import operator_lineage
 
-        return operator_lineage(self.task_id, self._kafkalog_result)  # type: ignore[attr-defined]
+        return operator_lineage(self.task_id, self._kafkalog_result, self._kafkalog_store)  # type: ignore[attr-defined]
 
 
 class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator):
@@ -295,9 +319,11 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "selection")
 
-    def __init__(self, *, selection: Any, conn_id: str = SPARK_CONN_ID, **kwargs: Any) -> None:
+    def __init__(self, *, selection: Any, conn_id: str | None = None, **kwargs: Any) -> None:
+        """``conn_id``: the Spark connection; default: the one the store's connection names."""
         kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
-        super().__init__(application="", conn_id=conn_id, name="kafkalog-compact", **kwargs)
+        super().__init__(application="", conn_id=conn_id or DEFAULT_SPARK_CONN_ID, name="kafkalog-compact", **kwargs)
+        self.spark_conn_id_given = conn_id
         self.selection = selection
 
     def execute(self, context: Context) -> Any:
@@ -319,6 +345,7 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
 
         settings = cycle_settings(context)
         directory = run_dir(context)
+        self._conn_id = self.spark_conn_id_given or store_of(context).spark_conn_id
         report = compaction_report_path(directory)
         report.unlink(missing_ok=True)  # a report here is this attempt's
         spark = submit_settings()

@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from kafkalog.airflow.log_store_inventory import BadRequest, NotFound, Row, dag_run_link
 from kafkalog.errors import KafkaLogError
 from kafkalog.log import names
-from kafkalog.pipeline.log_store_inventory import BadRequest, NotFound, Row, dag_run_link
 
 if TYPE_CHECKING:
     from kafkalog.log.config import LogConfig

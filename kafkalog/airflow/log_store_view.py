@@ -17,13 +17,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kafkalog.errors import KafkaLogError
-from kafkalog.pipeline.log_store_inventory import (
+from kafkalog.airflow.log_store_inventory import (
     BadRequest,
     Inventory,
     JournalTail,
@@ -31,6 +30,7 @@ from kafkalog.pipeline.log_store_inventory import (
     SnapshotMemo,
     build_inventory,
 )
+from kafkalog.errors import KafkaLogError
 
 if TYPE_CHECKING:
     from kafkalog.log.store import LogStore
@@ -43,22 +43,20 @@ MAX_PAGE = 500
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """Which store the page shows: the log dirs and broker file, found as the CLI and the DAGs find them."""
+    """Which store the page shows: its connection, log dirs and broker file, found as the DAGs find them."""
 
     log_dirs: tuple[str, ...]
     config_file: str | None = None
+    conn_id: str = "kafkalog_default"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> StoreSpec:
-        from kafkalog.log.config import BrokerConfig
-        from kafkalog.log.store import configured_broker_file, configured_log_dirs
+    def of(cls, conn_id: str) -> StoreSpec:
+        """The store of ``kafkalog`` connection ``conn_id`` (``KafkalogHook``; for ``kafkalog_default``
+        without one, ``$KAFKALOG_LOG_DIRS``/``$KAFKALOG_CONFIG``)."""
+        from kafkalog.airflow.hooks import KafkalogHook
 
-        config = configured_broker_file(None, environ)
-        dirs = configured_log_dirs(None, BrokerConfig.load(config) if config else None, environ)
-        if not dirs:
-            raise KafkaLogError("no log dirs: set KAFKALOG_LOG_DIRS (or log.dirs in $KAFKALOG_CONFIG) for the "
-                                "Airflow api-server")
-        return cls(tuple(str(Path(d).resolve()) for d in dirs), config)
+        store = KafkalogHook(conn_id).store
+        return cls(tuple(str(Path(d).resolve()) for d in store.resolved_log_dirs()), store.config_file, conn_id)
 
     def open(self) -> LogStore:
         from kafkalog.log.config import BrokerConfig

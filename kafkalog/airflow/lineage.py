@@ -2,9 +2,9 @@
 
 A topic of a store is the Airflow Asset ``x-kafkalog://<store>/<topic>`` (the ``x-`` prefix marks a
 scheme no Airflow provider registers, as AIP-60 asks) and the OpenLineage dataset with namespace
-``x-kafkalog://<store>`` and name ``<topic>``. ``<store>`` is ``$KAFKALOG_STORE_NAME`` (default
-``default``): set it when one Airflow maintains several stores. A downstream DAG schedules on a
-topic with ``schedule=[Asset(topic_asset_uri("orders"))]``.
+``x-kafkalog://<store>`` and name ``<topic>``. ``<store>`` is the store's name (``store_name`` of its
+``kafkalog`` connection: default the connection id, ``default`` for ``kafkalog_default``). A downstream
+DAG schedules on a topic with ``schedule=[Asset(topic_asset_uri("orders", "default"))]``.
 
 Each task that changes topics returns ``"topics": {topic: {number: value}}``; these numbers are the
 asset events' ``extra`` and the OpenLineage facet ``kafkalogMaintenance`` alike.
@@ -12,24 +12,19 @@ asset events' ``extra`` and the OpenLineage facet ``kafkalogMaintenance`` alike.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 SCHEME = "x-kafkalog"
-STORE_NAME_ENV = "KAFKALOG_STORE_NAME"
+DEFAULT_STORE = "default"  # kafkalog_default's store name
 TOPICS_ALIAS = "kafkalog-topics"  # the AssetAlias every topic-changing task emits its events through
 
 
-def store_name() -> str:
-    return os.environ.get(STORE_NAME_ENV) or "default"
+def namespace(store: str | None) -> str:
+    return f"{SCHEME}://{store or DEFAULT_STORE}"
 
 
-def namespace(store: str | None = None) -> str:
-    return f"{SCHEME}://{store or store_name()}"
-
-
-def topic_asset_uri(topic: str, store: str | None = None) -> str:
+def topic_asset_uri(topic: str, store: str | None) -> str:
     return f"{namespace(store)}/{topic}"
 
 

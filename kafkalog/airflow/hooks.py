@@ -172,4 +172,4 @@ class KafkalogHook(BaseHook):
             return False, str(exc)
         topics = {location.topic_partition.topic for location in locations}
         dirs = ", ".join(map(str, store.log_dirs))
-        return True, f"store {self.store.name}: {len(locations)} partitions of {len(topics)} topics in {dirs}"
+        return True, f"{len(locations)} partitions of {len(topics)} topics in {dirs}"

@@ -156,8 +156,9 @@ class LocalAirflow:
             raise AirflowError(f"airflow {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
         return done
 
-    def start(self, *, timeout_s: float = 180) -> None:
-        """Migrate the DB, start the components, wait until they are healthy and both DAGs parsed."""
+    def start(self, *, timeout_s: float = 180,
+              dag_ids: Sequence[str] = ("kafkalog_cleanup", "kafkalog_compact")) -> None:
+        """Migrate the DB, start the components, wait until they are healthy and ``dag_ids`` parsed."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.airflow("db", "migrate")
         env = self.env()
@@ -169,7 +170,7 @@ class LocalAirflow:
                 self.processes[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                         start_new_session=True)
         try:
-            self.wait_healthy(timeout_s=timeout_s)
+            self.wait_healthy(timeout_s=timeout_s, dag_ids=dag_ids)
         except BaseException:
             self.stop()
             raise

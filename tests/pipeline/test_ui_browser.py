@@ -4,7 +4,9 @@
 Log in at ``/auth/login``, open "Log store" from the Browse menu, see the demo store's partitions with
 their ``blocked_by`` reasons, filter them, open a partition and its chart, press "Compact now" and watch
 the ``kafkalog_compact`` run it triggered through Airflow succeed (then the partition's journal links to
-it), and ask a what-if. Screenshots go to ``$KAFKALOG_TEST_ARTIFACTS/ui-browser`` (default: the test's
+it), and ask a what-if. A second store (connection ``store_b``, ``[kafkalog] stores``): the page's store
+selector switches between them, the connection form has the kafkalog fields, and the REST API's
+connection test opens a good store and names what is wrong with a bad one. Screenshots go to ``$KAFKALOG_TEST_ARTIFACTS/ui-browser`` (default: the test's
 temporary directory; the path is printed).
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import pytest
 from helpers import require_spark
+from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.pipeline.airflow_local import LocalAirflow
 from kafkalog.tools.demo import write_demo_store
@@ -52,12 +55,16 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalAir
     base = tmp_path_factory.mktemp("ui-browser")
     store = base / "demo-logs"
     write_demo_store(store)
+    build_store(base / "store-b", int(time.time() * 1000))
     (base / "broker.properties").write_text("log.segment.delete.delay.ms=10000\n")
     instance = LocalAirflow(base / "home", extra_env={
         "KAFKALOG_LOG_DIRS": str(store), "KAFKALOG_CONFIG": str(base / "broker.properties"),
+        "AIRFLOW__KAFKALOG__STORES": "kafkalog_default,store_b", "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+        "AIRFLOW_CONN_STORE_B": json.dumps({"conn_type": "kafkalog", "extra": {
+            "log_dirs": str(base / "store-b"), "store_name": "cluster-b"}}),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # only the page's "compact now" changes the store
         "KAFKALOG_UI_CACHE_TTL_S": "2", "KAFKALOG_UI_MAX_STALE_S": "30"})
-    instance.start()
+    instance.start(dag_ids=("kafkalog_cleanup", "kafkalog_cleanup__store_b", "kafkalog_compact"))
     try:
         instance.request("PATCH", "/api/v2/dags/kafkalog_compact", {"is_paused": False})
         yield instance, store
@@ -155,6 +162,64 @@ def test_log_in_open_the_log_store_and_compact_a_partition_now(airflow: tuple[Lo
     assert sorted(p.name for p in artifacts.glob("*.png")) == [
         "01-log-store.png", "02-partition.png", "03-compact-now-running.png", "04-after-compaction.png",
         "05-what-if.png", "06-dag-run.png"]
+
+
+def test_the_store_selector_switches_stores_and_the_connection_test_opens_them(
+        airflow: tuple[LocalAirflow, Path], tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    instance, store = airflow
+    # The connection form: Airflow builds it from the provider's conn-fields.
+    meta = {m["connection_type"]: m for m in instance.request("GET", "/ui/connections/hook_meta")}
+    assert sorted(meta["kafkalog"]["extra_fields"]) == ["config_file", "log_dirs", "queue", "spark_conn_id",
+                                                       "store_name"]
+    assert meta["kafkalog"]["hook_name"] == "Kafka log store (kafkalog)"
+    # "Test connection", through the REST API: a good store, then one whose log dir does not exist.
+    good = instance.request("POST", "/api/v2/connections/test", {
+        "connection_id": "probe", "conn_type": "kafkalog", "extra": json.dumps({"log_dirs": str(store)})})
+    assert good == {"status": True, "message": f"6 partitions of 2 topics in {store.resolve()}"}
+    missing = tmp_path / "nowhere"
+    bad = instance.request("POST", "/api/v2/connections/test", {
+        "connection_id": "probe", "conn_type": "kafkalog", "extra": json.dumps({"log_dirs": str(missing)})})
+    assert bad == {"status": False, "message": f"log directory {missing} does not exist or is not a directory"}
+    odd = instance.request("POST", "/api/v2/connections/test", {
+        "connection_id": "probe", "conn_type": "kafkalog", "extra": json.dumps({"log_dir": str(store)})})
+    assert odd["status"] is False and "unknown key(s) log_dir" in odd["message"], odd
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM if CHROMIUM.exists() else
+                                                                    shutil.which("chromium")),
+            headless=True, args=FLAGS, viewport={"width": 1440, "height": 1000})
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(60_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{instance.url}/auth/login")
+            page.get_by_label("Username").fill("admin")
+            page.get_by_label("Password").fill(instance.password)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(lambda url: "/auth/login" not in url)
+            page.goto(f"{instance.url}/plugin/log-store")
+            frame = page.frame_locator("iframe")
+            rows = frame.locator("#rows tr.row")
+            expect(rows).to_have_count(6)
+            picker = frame.locator("#store-select")
+            expect(picker.locator("option")).to_have_text(["default (kafkalog_default)", "cluster-b (store_b)"])
+            picker.select_option("store_b")
+            expect(rows).to_have_count(5)
+            names = sorted(rows.locator("a.open").all_inner_texts())
+            assert names == sorted([f"{EVENTS}-0", f"{EVENTS}-1", f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0"])
+            expect(frame.locator("#store")).to_contain_text("Store store_b")
+            rows.filter(has_text=f"{CHANGELOG}-1").locator("a.open").click()
+            expect(frame.locator("#partition-title")).to_have_text(f"{CHANGELOG}-1")
+            picker.select_option("kafkalog_default")
+            expect(rows).to_have_count(6)
+            expect(rows.filter(has_text="demo-changelog-0")).to_have_count(1)
+            assert errors == [], errors
+        finally:
+            browser.close()
 
 
 def _wait_for_run(instance: LocalAirflow, page: Any, state: Any, artifacts: Path) -> str:

@@ -61,6 +61,8 @@ def get_provider_info() -> dict[str, Any]:
                                          "Empty: Airflow's default queue."},
             },
         }],
+        "task-decorators": [{"name": "kafkalog_maintenance",
+                             "class-name": "kafkalog.airflow.operators.maintenance_task"}],
         "config": {SECTION: {
             "description": "kafkalog's provider-wide settings.",
             "options": {

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 from conftest import run_cli
 from helpers import live_files, require_spark
+from services import HOST, postgres_db, redis_broker  # noqa: F401 - fixtures, used by name
 from synthetic import CHANGELOG, SESSIONS, build_store
 
 from kafkalog.log import names
@@ -37,73 +35,10 @@ from tests.spark.processes import descendants, listening_addresses, standalone_c
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 CLEANUP = "kafkalog_cleanup"
 DELAY_MS = 2000
-HOST = "127.0.0.1"
-
-
-def _unreachable(what: str, exc: Exception) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what} on {HOST} is not reachable ({exc}); CI must run this test")
-    pytest.skip(f"{what} on {HOST} is not reachable ({exc})")
-
-
-@pytest.fixture
-def postgres_db() -> Iterator[str]:
-    """A fresh database's SQLAlchemy URL; dropped after."""
-    import psycopg2
-
-    try:
-        admin = psycopg2.connect(host=HOST, port=5432, user="postgres", dbname="postgres", connect_timeout=5)
-    except Exception as exc:  # noqa: BLE001 - no server: skipped with the reason (a failure in CI)
-        _unreachable("Postgres (port 5432)", exc)
-    admin.autocommit = True
-    name = f"kafkalog_test_{uuid.uuid4().hex[:12]}"
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"postgresql+psycopg2://postgres@{HOST}:5432/{name}"
-    finally:
-        cursor = admin.cursor()
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
-        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.close()
-
-
-@pytest.fixture
-def redis_broker() -> Iterator[tuple[str, str]]:
-    """(broker URL on an empty Redis DB, a queue name of this test's own). Afterwards the keys and binding
-    entries naming the queue (the worker's node name contains it) are deleted there, then the binding
-    deadlines of tables that no longer exist; nothing else."""
-    import redis
-
-    def connect(db: int = 0) -> redis.Redis:
-        return redis.Redis(host=HOST, port=6379, db=db, socket_connect_timeout=5, decode_responses=True)
-
-    try:
-        databases = int(connect().config_get("databases").get("databases") or 16)
-    except Exception as exc:  # noqa: BLE001 - as above
-        _unreachable("Redis (port 6379)", exc)
-    empty = [n for n in range(1, databases) if connect(n).dbsize() == 0]
-    if not empty:
-        pytest.skip(f"no empty Redis DB among 1..{databases - 1} for the broker")
-    db, queue = random.choice(empty), f"kafkalog-test-{uuid.uuid4().hex[:12]}"
-    try:
-        yield f"redis://{HOST}:6379/{db}", queue
-    finally:
-        client = connect(db)
-        for key in map(str, client.scan_iter(match="*")):
-            if queue in key:
-                client.delete(key)
-            elif key.startswith("_kombu.binding.") and client.type(key) == "set":
-                mine = [m for m in map(str, client.smembers(key)) if queue in m]
-                if mine:
-                    client.srem(key, *mine)
-        deadlines = "_kombu.binding_deadlines"  # kombu 5.7: exchange tables (pidbox) with a sweep deadline
-        for table in map(str, client.zrange(deadlines, 0, -1)):
-            if not client.exists(f"_kombu.binding.{table}", f"_kombu.binding_permanent.{table}"):
-                client.zrem(deadlines, table)
 
 
 def test_a_cycle_runs_on_the_celery_worker_and_compacts_on_the_spark_cluster(
-        postgres_db: str, redis_broker: tuple[str, str], tmp_path: Path) -> None:
+        postgres_db: str, redis_broker: tuple[str, str], tmp_path: Path) -> None:  # noqa: F811 - fixtures
     require_spark()
     broker_url, queue = redis_broker
     # The cycle's clock T (the run's logical date) and the wall clock W pinned for tombstone horizons.

@@ -43,8 +43,8 @@ for dag_id, dag in bag.dags.items():
                            "store": dag.params.get_param("store").schema.get("enum")}
 print("RESULT " + json.dumps(out))
 '''
-BAD_VALUES = {"store": "another_store", "topics": "events", "log_dirs": ["relative/dir"], "dry_run": "yes", "wall_now_ms": -1,
-              "config_file": 5}
+BAD_VALUES = {"store": "another_store", "topics": "events", "log_dirs": ["relative/dir"], "dry_run": "yes",
+              "wall_now_ms": -1, "config_file": 5}
 
 
 def _parse(env: dict[str, str]) -> dict[str, Any]:

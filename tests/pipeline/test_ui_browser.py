@@ -6,8 +6,8 @@ their ``blocked_by`` reasons, filter them, open a partition and its chart, press
 the ``kafkalog_compact`` run it triggered through Airflow succeed (then the partition's journal links to
 it), and ask a what-if. A second store (connection ``store_b``, ``[kafkalog] stores``): the page's store
 selector switches between them, the connection form has the kafkalog fields, and the REST API's
-connection test opens a good store and names what is wrong with a bad one. Screenshots go to ``$KAFKALOG_TEST_ARTIFACTS/ui-browser`` (default: the test's
-temporary directory; the path is printed).
+connection test opens a good store and names what is wrong with a bad one. Screenshots go to
+``$KAFKALOG_TEST_ARTIFACTS/ui-browser`` (default: the test's temporary directory; the path is printed).
 """
 
 from __future__ import annotations

@@ -70,14 +70,13 @@ RUN set -eux; \
     python -c 'from kafkalog.maintenance.warmup import warm; warm()'; \
     rm -rf build kafkalog.egg-info
 
-# 3. The Spark job, the DAGs and the plugins. kafkalog is installed into site-packages, so the job is not
-#    beside it: KAFKALOG_SPARK_JOB tells kafkalog.pipeline.spark where it is.
+# 3. The Spark job and the DAGs (the Log store page is kafkalog's provider plugin, installed with it).
+#    kafkalog is installed into site-packages, so the job is not beside it: KAFKALOG_SPARK_JOB tells
+#    kafkalog.pipeline.spark where it is.
 COPY spark_jobs ./spark_jobs
 COPY dags /opt/airflow/dags
-COPY plugins /opt/airflow/plugins
 ENV KAFKALOG_SPARK_JOB=/opt/kafkalog/src/spark_jobs/compact_logs.py \
     AIRFLOW__CORE__DAGS_FOLDER=/opt/airflow/dags \
-    AIRFLOW__CORE__PLUGINS_FOLDER=/opt/airflow/plugins \
     KAFKALOG_LOG_DIRS=/var/lib/kafkalog/kafka-logs
 
 USER ${KAFKALOG_UID}:0

@@ -1,4 +1,4 @@
-"""The Log store page (``plugins/kafkalog_ui.py``) on a 10,000-partition store, timed in the browser.
+"""The Log store page (``kafkalog/airflow/ui_plugin.py``) on a 10,000-partition store, timed in the browser.
 
     python -m benchmarks.bench_ui [--partitions 10000] [--segments 5] [--rounds 5] [--quick]
 
@@ -216,8 +216,8 @@ def main() -> int:
 
 def inventory_in_process(store: Path) -> dict[str, float]:
     """The plugin's inventory build, cold and again (unchanged partitions' snapshots reused), and one query."""
-    from kafkalog.pipeline.log_store_inventory import SETTLE_S
-    from kafkalog.pipeline.log_store_view import InventoryCache, StoreSpec, query_partitions
+    from kafkalog.airflow.log_store_inventory import SETTLE_S
+    from kafkalog.airflow.log_store_view import InventoryCache, StoreSpec, query_partitions
 
     time.sleep(SETTLE_S)  # files younger than this are read again by the next build, by design
     cache, spec = InventoryCache(ttl_s=0, max_stale_s=0), StoreSpec((str(store),))

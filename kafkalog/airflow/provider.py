@@ -61,6 +61,7 @@ def get_provider_info() -> dict[str, Any]:
                                          "Empty: Airflow's default queue."},
             },
         }],
+        "plugins": [{"name": "kafkalog_ui", "plugin-class": "kafkalog.airflow.ui_plugin.KafkalogUiPlugin"}],
         "task-decorators": [{"name": "kafkalog_maintenance",
                              "class-name": "kafkalog.airflow.operators.maintenance_task"}],
         "config": {SECTION: {

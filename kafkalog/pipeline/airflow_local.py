@@ -68,7 +68,6 @@ class LocalAirflow:
 
     home: Path
     dags_folder: Path = REPO / "dags"
-    plugins_folder: Path = REPO / "plugins"
     port: int = 0
     parallelism: int = 2
     spark_master: str | None = "local[2]"  # AIRFLOW_CONN_SPARK_DEFAULT; None: the connection is managed in Airflow
@@ -104,7 +103,6 @@ class LocalAirflow:
             "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.plugins_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),

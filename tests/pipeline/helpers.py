@@ -47,7 +47,6 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
     env.update({
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
         "KAFKALOG_PIPELINE_DIR": str(home / "runs"),

@@ -215,10 +215,8 @@ def test_the_log_store_page_names_the_key(store: Store) -> None:
 
 
 COMPACT_NOW = r'''
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("kafkalog_ui", sys.argv[1])
-ui = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ui)
+import json, sys
+from kafkalog.airflow import ui_plugin as ui
 from airflow.api_fastapi.core_api.security import get_user
 from fastapi.testclient import TestClient
 ui.app.dependency_overrides[get_user] = lambda: None
@@ -231,7 +229,7 @@ def test_compact_now_is_refused_naming_the_key(store: Store) -> None:
     env = airflow_env(store.tmp / "airflow", KAFKALOG_LOG_DIRS=str(store.log_dir), KAFKALOG_CONFIG=str(store.broker),
                       KAFKALOG_UI_AIRFLOW_URL="http://127.0.0.1:9")  # nothing listens: a trigger would fail
     before = tree_digest(store.log_dir)
-    done = subprocess.run([sys.executable, "-c", COMPACT_NOW, str(REPO / "plugins" / "kafkalog_ui.py"),
+    done = subprocess.run([sys.executable, "-c", COMPACT_NOW, "",
                            f"/api/partitions/{CHANGELOG}/0/compact"], env=env, capture_output=True, text=True,
                           timeout=120, cwd=store.tmp)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]

@@ -1,4 +1,4 @@
-"""The Log store plugin's API on real Airflow (``plugins/kafkalog_ui.py``): api-server, scheduler,
+"""The Log store plugin's API on real Airflow (``kafkalog/airflow/ui_plugin.py``): api-server, scheduler,
 dag-processor and triggerer on 127.0.0.1 (SQLite, LocalExecutor), the demo store plus two topics whose
 retention and compaction moments are known, and two users: ``admin`` and ``viewer`` (Airflow's Viewer
 role, which may not trigger runs). ``kafkalog_cleanup`` stays paused so nothing but this module's own
@@ -458,14 +458,14 @@ def test_a_symlinked_partition_dir_is_listed_quarantined_and_never_read(tmp_path
 
 
 def test_importing_the_plugin_loads_no_numba(tmp_path: Path) -> None:
-    """Every Airflow component imports plugins/; only the api-server's requests need the log layer."""
-    code = ("import importlib.util, sys\n"
-            "spec = importlib.util.spec_from_file_location('kafkalog_ui', sys.argv[1])\n"
-            "module = importlib.util.module_from_spec(spec)\n"
-            "spec.loader.exec_module(module)\n"
+    """Every Airflow component loads the plugins; only the api-server's requests need the log layer."""
+    code = ("import sys\n"
+            "from airflow import plugins_manager\n"
+            "plugins_manager.ensure_plugins_loaded()\n"
+            "module = sys.modules['kafkalog.airflow.ui_plugin']\n"
             "assert module.KafkalogUiPlugin.fastapi_apps[0]['url_prefix'] == '/kafkalog'\n"
             "print(sorted(m for m in ('numba', 'numpy', 'kafkalog.log.segment') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(REPO / "plugins" / "kafkalog_ui.py")], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, timeout=120, env={**os.environ, "AIRFLOW_HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 PREFIX = "/kafkalog"
 COMPACT_DAG = "kafkalog_compact"
-PAGE = Path(__file__).with_name("kafkalog_ui_static") / "index.html"
+PAGE = Path(__file__).with_name("ui_static") / "index.html"
 CACHE = view.InventoryCache(
     ttl_s=float(os.environ.get("KAFKALOG_UI_CACHE_TTL_S") or option("ui_cache_ttl_s", "10")),
     max_stale_s=float(os.environ.get("KAFKALOG_UI_MAX_STALE_S") or option("ui_max_stale_s", "300")))

@@ -72,7 +72,7 @@ RUN set -eux; \
 
 # 3. The Spark job and the DAGs (the Log store page is kafkalog's provider plugin, installed with it).
 #    kafkalog is installed into site-packages, so the job is not beside it: KAFKALOG_SPARK_JOB tells
-#    kafkalog.pipeline.spark where it is.
+#    kafkalog.cycle.spark where it is.
 COPY spark_jobs ./spark_jobs
 COPY dags /opt/airflow/dags
 ENV KAFKALOG_SPARK_JOB=/opt/kafkalog/src/spark_jobs/compact_logs.py \

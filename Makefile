@@ -10,7 +10,7 @@ DEMO_DIR ?= demo-logs
 AIRFLOW_DIR ?= .airflow
 AIRFLOW_PORT ?= 8080
 
-.PHONY: install system-packages demo airflow test bench lint clean
+.PHONY: install system-packages demo airflow test test-fast bench lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -42,21 +42,26 @@ install: system-packages $(STAMP)
 # The demo store, then one whole kafkalog_cleanup cycle run by Airflow (SQLite, LocalExecutor, Spark
 # local[2]) on it, with the cycle's report printed.
 demo: install
-	$(PY) -m kafkalog.pipeline.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
+	$(PY) -m devtools.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
 
 # The Airflow UI on http://127.0.0.1:8080 (the login is printed) with the demo store under maintenance
 # (or $$KAFKALOG_LOG_DIRS). Ctrl-C stops every component.
 airflow: install
-	$(PY) -m kafkalog.pipeline.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
+	$(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
 
 test: install
 	$(PY) -m pytest
+
+# Everything that starts no Airflow or Spark process (tests/conftest.py refuses one in an unmarked test),
+# on every core: the inner loop.
+test-fast: install
+	$(PY) -m pytest -q -n auto -m "not airflow and not spark"
 
 bench: install
 	$(PY) -m benchmarks.bench_decode
 
 lint: install
-	$(VENV)/bin/ruff check kafkalog tests benchmarks spark_jobs dags
+	$(VENV)/bin/ruff check kafkalog tests benchmarks spark_jobs dags devtools
 	$(VENV)/bin/mypy
 
 clean:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_pipeline [--partitions 1000,10000] [--segments 20] [--expired 5]
 
-Airflow runs as a deployment does (``kafkalog.pipeline.airflow_local``): api-server, scheduler with
+Airflow runs as a deployment does (``devtools.airflow_local``): api-server, scheduler with
 the LocalExecutor (parallelism 2), dag-processor and triggerer on 127.0.0.1, a fresh Postgres database
 (127.0.0.1:5432, dropped after). For each size, two copies of one store are built outside the timed
 region: P partitions over 100 topics, S segments each, the oldest ``--expired`` of them past
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._machine import describe
+from devtools.airflow_local import LocalAirflow
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log import checkpoint, names
 from kafkalog.log.index import encode_time_index
-from kafkalog.pipeline.airflow_local import LocalAirflow
 
 DATA = Path(__file__).resolve().parent / ".data"
 HOUR_MS = 3_600_000

@@ -4,7 +4,7 @@
 
 Built outside the timed region: P partitions over 100 topics (every tenth topic compacted, with cleaner
 checkpoints that give dirty ratios 0 … 0.8), S segments each, and a journal of 48 cleanup cycles. Airflow
-runs as ``kafkalog.pipeline.airflow_local`` starts it (api-server, scheduler, dag-processor, triggerer on
+runs as ``devtools.airflow_local`` starts it (api-server, scheduler, dag-processor, triggerer on
 127.0.0.1, SQLite; the DAGs paused so nothing changes the store) with the plugin's default cache (fresh
 10 s, then rebuilt in the background). Debian's chromium (Playwright, ``executable_path``) logs in, then:
 
@@ -39,12 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._machine import describe
+from devtools.airflow_local import LocalAirflow
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log import checkpoint, names
 from kafkalog.log.index import encode_time_index
 from kafkalog.log.producer_snapshot import encode_producer_snapshot
 from kafkalog.maintenance.journal import JournalEntry
-from kafkalog.pipeline.airflow_local import LocalAirflow
 
 DATA = Path(__file__).resolve().parent / ".data"
 CHROMIUM = "/usr/bin/chromium"

@@ -5,7 +5,7 @@ One DAG per store of ``[kafkalog] stores`` (``kafkalog_cleanup`` for ``kafkalog_
 ``kafkalog_cleanup__<conn id>`` for the others), each scheduled by its broker file's interval and run on
 its connection's queue.
 
-Each task reads its params and context, calls one step of ``kafkalog.pipeline.cycle`` and returns a
+Each task reads its params and context, calls one step of ``kafkalog.cycle.steps`` and returns a
 small dict; plans and results live in the run dir every worker sees. Nothing here touches a log dir,
 numba or pyspark at parse time.
 """
@@ -30,7 +30,7 @@ from kafkalog.airflow.operators import (
     run_dir,
 )
 from kafkalog.airflow.provider import cleanup_dag_id, configured_stores
-from kafkalog.pipeline import cycle
+from kafkalog.cycle import steps
 
 DEFAULT_ARGS = {
     "owner": "kafkalog",
@@ -92,7 +92,7 @@ def _cycle() -> None:
     def scan_partitions(**context: Any) -> list[dict[str, Any]]:
         """Recover interrupted swaps and topic deletions, inventory the log dirs, shard them by bytes."""
         with failing_fast(context):  # bad log dirs, broker file or params fail here at once, named
-            result = cycle.scan_partitions(run_dir(context), cycle_settings(context))
+            result = steps.scan_partitions(run_dir(context), cycle_settings(context))
         print(f"{result['partitions']} partitions, {result['bytes']} bytes in {len(result['shards'])} shards at "
               f"now_ms={result['now_ms']}; recovered {result['recovered'] or 'nothing'}")
         shards: list[dict[str, Any]] = result["shards"]
@@ -101,7 +101,7 @@ def _cycle() -> None:
     @maintenance_task
     def plan_retention(shard: dict[str, Any], **context: Any) -> dict[str, Any]:
         """Kafka's deleteOldSegments for one shard at the cycle's clock, written as a plan file."""
-        result = cycle.plan_retention_shard(run_dir(context), str(shard["path"]))
+        result = steps.plan_retention_shard(run_dir(context), str(shard["path"]))
         print(f"shard {result['shard']}: {result['segments']} segments ({result['bytes']} bytes) deletable in "
               f"{result['deletable_partitions']} of {result['partitions']} partitions; plan {result['plan']}")
         return result
@@ -109,7 +109,7 @@ def _cycle() -> None:
     @maintenance_task
     def mark_deleted(planned: dict[str, Any], **context: Any) -> dict[str, Any]:
         """Apply that shard's plan: rename segments to .deleted, advance log start offsets (never more)."""
-        result = cycle.mark_shard(run_dir(context), str(planned["plan"]))
+        result = steps.mark_shard(run_dir(context), str(planned["plan"]))
         for topic, change in result["topics"].items():
             print(f"{topic}: {change['segments_deleted']} segments, {change['bytes_deleted']} bytes marked; "
                   f"log start offsets {change['log_start_offsets']}")
@@ -119,7 +119,7 @@ def _cycle() -> None:
     def delete_marked(**context: Any) -> dict[str, Any]:
         """Delete .deleted files and -delete dirs whose file.delete.delay.ms has passed (wall clock)."""
         require_scan(context)
-        result = cycle.delete_marked(run_dir(context))
+        result = steps.delete_marked(run_dir(context))
         print(f"deleted {result['deleted_files']} files ({result['deleted_bytes']} bytes) and "
               f"{result['deleted_dirs']} topic dirs; {result['waiting_files']} files wait, next due at "
               f"{result['next_due_ms']}")
@@ -129,7 +129,7 @@ def _cycle() -> None:
     def select_dirtiest_logs(**context: Any) -> dict[str, Any]:
         """The cleaner manager's choice (dirty ratio, compaction lags) as the cycle's compaction plan."""
         require_scan(context)
-        result = cycle.select_logs_to_clean(run_dir(context))
+        result = steps.select_logs_to_clean(run_dir(context))
         print(f"{result['selected']} logs selected ({result['cleanable_bytes']} cleanable bytes); "
               f"plan {result['plan']}{'; a dry run: the compaction would fail in ' if result['would_fail'] else ''}"
               f"{result['would_fail'] or ''}{' partitions' if result['would_fail'] else ''}")

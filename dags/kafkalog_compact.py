@@ -27,7 +27,7 @@ from kafkalog.airflow.operators import (
     run_dir,
 )
 from kafkalog.airflow.provider import DEFAULT_CONN_ID, configured_stores
-from kafkalog.pipeline import cycle
+from kafkalog.cycle import steps
 
 
 @dag(
@@ -54,8 +54,8 @@ def kafkalog_compact() -> None:
         """The topic's cleanable ranges, whatever their dirty ratio, as a compaction plan."""
         params = context["params"]
         directory = run_dir(context)
-        cycle.start_cycle(directory, cycle_settings(context))
-        result = cycle.select_logs_to_clean(directory, topic=params["topic"], partitions=params["partitions"])
+        steps.start_cycle(directory, cycle_settings(context))
+        result = steps.select_logs_to_clean(directory, topic=params["topic"], partitions=params["partitions"])
         print(f"{result['selected']} partitions of {params['topic']} to compact "
               f"({result['cleanable_bytes']} cleanable bytes); plan {result['plan']}")
         return result

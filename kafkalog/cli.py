@@ -16,13 +16,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from kafkalog.cycle import plans
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import shares
 from kafkalog.log.config import BrokerConfig, describe
 from kafkalog.log.store import METADATA_TOPICS, LogStore, PartitionLocation, configured_broker_file, configured_log_dirs
 from kafkalog.maintenance import journal
 from kafkalog.maintenance.journal import new_run_id
-from kafkalog.pipeline import plans
 from kafkalog.policy.log_cleaner import CLEANER_DISABLED
 
 if TYPE_CHECKING:  # opening a log loads the compiled kernels: commands that do not append do without them

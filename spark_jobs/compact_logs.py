@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+from kafkalog.cycle.plans import apply_checkpoint_resets, plan_compaction, read_compaction_plan, write_json
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log import names
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore, configured_broker_file, configured_log_dirs
 from kafkalog.maintenance.journal import new_run_id
-from kafkalog.pipeline.plans import apply_checkpoint_resets, plan_compaction, read_compaction_plan, write_json
 from kafkalog.policy.log_cleaner import require_cleaner
 
 # cleaning_tasks is imported where used: numba, which comes with it, reads NUMBA_CACHE_DIR (set by `run`) then.

@@ -86,3 +86,37 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def iter_log_files(root: Path) -> Iterator[Path]:
     yield from sorted(root.rglob("*.log"))
+
+
+# What a test may start only when it is marked so: ``make test-fast`` (``-m "not airflow and not spark"``)
+# must start none of them. An unmarked test that tries fails at once, naming the command.
+_ENGINE_MARKERS = {"airflow": ("airflow", "dag_test_runner.py"), "spark": ("spark-submit", "spark-class", "java")}
+
+
+def _engine_in(argv: object) -> str | None:
+    args = [str(argv)] if isinstance(argv, str | bytes | os.PathLike) else [str(a) for a in argv]  # type: ignore[union-attr]
+    words = [Path(a).name for a in args] + [w for a in args for w in a.split()]
+    for marker, programs in _ENGINE_MARKERS.items():
+        if any(w in programs for w in words) or (marker == "airflow" and any(
+                "import airflow" in a or "from airflow" in a for a in args)):
+            return marker
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _engines_only_when_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    allowed = {m for m in _ENGINE_MARKERS if request.node.get_closest_marker(m)}
+    if allowed == set(_ENGINE_MARKERS):
+        return
+    original = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+        marker = _engine_in(args)
+        if marker is not None and marker not in allowed:
+            raise AssertionError(f"{request.node.nodeid} starts {marker} ({str(args)[:200]}) but is not marked "
+                                 f"@pytest.mark.{marker}: make test-fast must start no {marker} process")
+        original(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

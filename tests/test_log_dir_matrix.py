@@ -103,8 +103,8 @@ def test_topics_create_makes_a_missing_log_dir_and_nothing_nested(tmp_path: Path
 
 def test_the_pipeline_and_the_spark_job_refuse_nested_log_dirs(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from kafkalog.cycle.steps import CycleSettings
     from kafkalog.errors import LogDirError
-    from kafkalog.pipeline.cycle import CycleSettings
     from spark_jobs import compact_logs
 
     store = tmp_path / "store"

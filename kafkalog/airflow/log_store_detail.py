@@ -200,9 +200,9 @@ def what_if(store: LogStore, topic: str, changes: Mapping[str, str], now_ms: int
     """Retention and compaction plans for ``topic`` at ``now_ms``, as they are and with ``changes`` applied
     to its overrides. The ``after`` plans equal ``retention plan --topic T --json`` and ``compact --dry-run
     --json`` (its entries for T) on a copy after ``topics alter --topic T --config k=v``."""
+    from kafkalog.cycle import plans
     from kafkalog.log.config import LogConfig, validate_topic_name, validate_topic_overrides
     from kafkalog.log.store import METADATA_TOPICS
-    from kafkalog.pipeline import plans
 
     if not changes:
         raise BadRequest(f"name at least one of {', '.join(WHAT_IF_KEYS)} to change")

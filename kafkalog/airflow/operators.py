@@ -1,4 +1,4 @@
-"""The Airflow side of the pipeline: a task decorator and two operators over ``kafkalog.pipeline``.
+"""The Airflow side of the pipeline: a task decorator and two operators over ``kafkalog.cycle``.
 
 - ``@maintenance_task``: a TaskFlow task whose returned ``topics`` become asset events (through the
   ``kafkalog-topics`` AssetAlias) and OpenLineage datasets with the ``kafkalogMaintenance`` facet.
@@ -31,7 +31,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from kafkalog.airflow import lineage
 from kafkalog.airflow.hooks import DEFAULT_SPARK_CONN_ID, KafkalogHook, StoreConnection
 from kafkalog.airflow.provider import run_dir_base
-from kafkalog.pipeline.cycle import (
+from kafkalog.cycle.steps import (
     CycleSettings,
     compaction_changes,
     compaction_report_path,
@@ -206,7 +206,7 @@ def report_run(context: Mapping[str, Any], *, subject: str, first_task: str, pru
     """The ``report`` task of both DAGs: print the run's report (``prune``: and remove this DAG's old
     run dirs); fail naming each failed partition and task with its cause, and saying whether anything
     was maintained at all (``first_task`` failed: nothing was)."""
-    from kafkalog.pipeline.cycle import format_report, prune_run_dirs
+    from kafkalog.cycle.steps import format_report, prune_run_dirs
 
     try:
         directory: Path | None = run_dir(context)
@@ -339,9 +339,9 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
     def _compact(self, context: Context, selection: Mapping[str, Any]) -> Any:
         from airflow.sdk import BaseHook
 
+        from kafkalog.cycle.plans import read_json
+        from kafkalog.cycle.spark import submit_settings
         from kafkalog.errors import KafkaLogError
-        from kafkalog.pipeline.plans import read_json
-        from kafkalog.pipeline.spark import submit_settings
 
         settings = cycle_settings(context)
         directory = run_dir(context)

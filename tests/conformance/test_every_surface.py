@@ -27,9 +27,9 @@ import layouts
 import pytest
 from conftest import run_cli
 
+from kafkalog.cycle.plans import read_json
 from kafkalog.format.batch import ControlType
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline.plans import read_json
 from tests.pipeline.helpers import dag_test, live_files, migrated_env, require_spark, run_dir
 from tests.spark.processes import BIN, standalone_cluster
 from tests.test_corruption_matrix import CORRUPTIONS, DAMAGED, expected

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, tree_digest
 
+from kafkalog.cycle.plans import compact_planned
 from kafkalog.errors import CleanerError, ConfigError
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import cleaning_tasks
-from kafkalog.pipeline.plans import compact_planned
 
 NOW = 1_700_000_000_000
 

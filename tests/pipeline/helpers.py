@@ -94,6 +94,6 @@ def dag_test(env: dict[str, str], dag_id: str, logical_ms: int, conf: dict[str, 
 
 
 def run_dir(env: dict[str, str], dag_id: str, run_id: str) -> Path:
-    from kafkalog.pipeline.cycle import run_dir_for
+    from kafkalog.cycle.steps import run_dir_for
 
     return run_dir_for(env["KAFKALOG_PIPELINE_DIR"], ["/unused"], dag_id, run_id)

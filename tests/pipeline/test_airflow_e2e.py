@@ -33,11 +33,11 @@ from conftest import run_cli
 from helpers import REPO, live_files, require_spark
 from synthetic import CHANGELOG, EVENTS, HOUR_MS, SESSIONS, build_store
 
+from devtools.airflow_local import LocalAirflow
+from kafkalog.cycle.steps import run_dir_for, summarize
 from kafkalog.log import checkpoint, names
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline.airflow_local import LocalAirflow
-from kafkalog.pipeline.cycle import run_dir_for, summarize
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 DAY_MS = 24 * HOUR_MS

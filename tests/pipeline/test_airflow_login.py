@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kafkalog.pipeline.airflow_local import LocalAirflow
+from devtools.airflow_local import LocalAirflow
 
 
 def test_the_passwords_file_is_written_once_and_replaced_whole(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ import pytest
 from conftest import tree_digest
 from synthetic import CHANGELOG, EVENTS, HOUR_MS, build_store
 
+from kafkalog.cycle import plans, steps
+from kafkalog.cycle.steps import CycleSettings
 from kafkalog.errors import (
     CleanerError,
     ConfigError,
@@ -28,8 +30,6 @@ from kafkalog.errors import (
 from kafkalog.log import names
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline import cycle, plans
-from kafkalog.pipeline.cycle import CycleSettings
 
 NOW_MS = int(time.time() * 1000) - 60_000
 ROOT_REFUSED = ("log directory / is the filesystem root: every top-level directory would be taken for a partition; "
@@ -90,9 +90,9 @@ def test_bad_log_dirs_and_broker_files_are_refused_before_anything_is_written(tm
     for settings, kind, message in cases:
         run_dir = tmp_path / "runs" / "run"
         with pytest.raises(kind) as raised:
-            cycle.scan_partitions(run_dir, settings)
+            steps.scan_partitions(run_dir, settings)
         assert str(raised.value) == message
-        assert cycle.permanent_error(raised.value), message
+        assert steps.permanent_error(raised.value), message
         assert not (tmp_path / "runs").exists() and tree_digest(tmp_path) == before, message
 
 
@@ -106,11 +106,11 @@ def test_a_wall_clock_before_the_cycles_is_a_config_error() -> None:
 def test_a_missing_partition_of_a_named_topic_is_permanent(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     build_store(logs, NOW_MS)
-    run_dir = cycle.start_cycle(tmp_path / "run", _settings(logs))
+    run_dir = steps.start_cycle(tmp_path / "run", _settings(logs))
     with pytest.raises(KafkaLogError) as raised:
-        cycle.select_logs_to_clean(run_dir, topic=CHANGELOG, partitions=[7])
+        steps.select_logs_to_clean(run_dir, topic=CHANGELOG, partitions=[7])
     assert str(raised.value) == f"topic '{CHANGELOG}' has 2 partitions; no partition 7"
-    assert cycle.permanent_error(raised.value)
+    assert steps.permanent_error(raised.value)
 
 
 def _with_context(exc: BaseException, context: BaseException) -> BaseException:
@@ -142,23 +142,23 @@ def _with_context(exc: BaseException, context: BaseException) -> BaseException:
     (RuntimeError("Spark died"), False),
 ])
 def test_one_classification_of_errors(exc: BaseException, permanent: bool) -> None:
-    assert cycle.permanent_error(exc) is permanent
+    assert steps.permanent_error(exc) is permanent
 
 
 def test_the_report_names_the_cause_and_never_claims_what_was_not_done() -> None:
-    empty = cycle.summarize(None)
-    assert cycle.failure_message(empty, {}, subject="the cycle", started=True) is None
+    empty = steps.summarize(None)
+    assert steps.failure_message(empty, {}, subject="the cycle", started=True) is None
     cause = "/etc/k.properties: log.retention.hours=abc: must be a 32-bit integer"
-    assert cycle.failure_message(empty, {"scan_partitions": cause, "plan_retention": None, "mark_deleted": None},
+    assert steps.failure_message(empty, {"scan_partitions": cause, "plan_retention": None, "mark_deleted": None},
                                  subject="the cycle", started=False) == f"nothing was maintained: scan_partitions " \
                                                                         f"failed: {cause}"
     failed = {**empty, "partitions": 3, "failed": [
         {"step": "mark_deleted", "topic": EVENTS, "partition": 1, "error": "corrupt batch"}]}
-    assert cycle.failure_message(failed, {"mark_deleted[0]": "disk on fire"}, subject="the cycle", started=True) == \
+    assert steps.failure_message(failed, {"mark_deleted[0]": "disk on fire"}, subject="the cycle", started=True) == \
         f"the cycle failed in partitions {EVENTS}-1 and tasks mark_deleted[0] (the other partitions were " \
         f"maintained): {EVENTS}-1 in mark_deleted: corrupt batch; mark_deleted[0]: disk on fire"
     every = {**failed, "partitions": 1}
-    assert "(no partition was maintained)" in str(cycle.failure_message(every, {}, subject="the cycle", started=True))
+    assert "(no partition was maintained)" in str(steps.failure_message(every, {}, subject="the cycle", started=True))
 
 
 # --- item 9: a long file.delete.delay.ms never holds the cycle open ----------------------------------------
@@ -178,24 +178,24 @@ def test_the_wait_never_outlasts_the_cycles_interval(tmp_path: Path) -> None:
     _delete_topic(store, "slow", 86_400_000)  # a legal day
     broker = _broker(tmp_path, "log.retention.check.interval.ms=30000\n")
     run_dir = tmp_path / "run"
-    scan = cycle.scan_partitions(run_dir, _settings(logs, config_file=broker))
-    marks = [cycle.mark_shard(run_dir, cycle.plan_retention_shard(run_dir, s["path"])["plan"]) for s in scan["shards"]]
+    scan = steps.scan_partitions(run_dir, _settings(logs, config_file=broker))
+    marks = [steps.mark_shard(run_dir, steps.plan_retention_shard(run_dir, s["path"])["plan"]) for s in scan["shards"]]
     assert sum(m["segments"] for m in marks) == 4
     quick_due = max(int(p.stat().st_mtime * 1000) for p in (logs / "quick-0").glob("*.log.deleted")) + 1000
     wall = int(time.time() * 1000)
-    wait = cycle.file_delete_wait(run_dir, wall_now_ms=wall)
+    wait = steps.file_delete_wait(run_dir, wall_now_ms=wall)
     slow_marks = [int(p.stat().st_mtime * 1000) for p in (logs / "slow-0").glob("*.log.deleted")]
     assert wait["interval_ms"] == 30_000 and wait["later"] == 1
     assert wait["next_due_ms"] is not None and abs(wait["next_due_ms"] - (max(slow_marks) + 86_400_000)) <= 1
     assert wait["until_ms"] is not None and wait["until_ms"] <= quick_due and wait["until_ms"] - wall <= 1000
     time.sleep(max(0, wait["until_ms"] - int(time.time() * 1000)) / 1000 + 0.05)
-    deleted = cycle.delete_marked(run_dir)
+    deleted = steps.delete_marked(run_dir)
     waiting = len(list((logs / "slow-0").glob("*.deleted")))  # two segments' files and a snapshot
     assert not list((logs / "quick-0").glob("*.deleted")) and waiting == deleted["deleted_files"] == 7
-    lines = cycle.format_report(cycle.summarize(run_dir))
+    lines = steps.format_report(steps.summarize(run_dir))
     assert lines[2] == f"deletion: 7 files ({deleted['deleted_bytes']} bytes) deleted, 0 deleted-topic dirs " \
                        f"removed, 7 files wait for file.delete.delay.ms, the first due at " \
-                       f"{cycle.format_ms(deleted['next_due_ms'])}: a later cycle deletes them"
+                       f"{steps.format_ms(deleted['next_due_ms'])}: a later cycle deletes them"
 
 
 # --- item 10: a dry run reads what the real run reads ----------------------------------------------------
@@ -225,13 +225,13 @@ def test_a_dry_run_fails_the_partition_the_real_compaction_fails_on(tmp_path: Pa
 
     before = tree_digest(logs)
     run_dir = tmp_path / "run"
-    cycle.scan_partitions(run_dir, _settings(logs, dry_run=True))
-    selected = cycle.select_logs_to_clean(run_dir)
+    steps.scan_partitions(run_dir, _settings(logs, dry_run=True))
+    selected = steps.select_logs_to_clean(run_dir)
     assert (selected["selected"], selected["would_fail"]) == (1, 1)
-    summary = cycle.summarize(run_dir)
+    summary = steps.summarize(run_dir)
     assert summary["failed"] == [{"step": "compact (dry run)", "topic": "cl", "partition": 0,
                                   "error": f"the compaction would fail: {expected}"}]
-    assert f"FAILED cl-0 in compact (dry run): the compaction would fail: {expected}" in cycle.format_report(summary)
+    assert f"FAILED cl-0 in compact (dry run): the compaction would fail: {expected}" in steps.format_report(summary)
     assert tree_digest(logs) == before
 
 
@@ -240,8 +240,8 @@ def test_a_dry_run_over_a_healthy_store_finds_nothing_to_fail(tmp_path: Path) ->
     build_store(logs, NOW_MS)
     before = tree_digest(logs)
     run_dir = tmp_path / "run"
-    cycle.scan_partitions(run_dir, _settings(logs, dry_run=True))
-    assert (cycle.select_logs_to_clean(run_dir)["would_fail"], cycle.summarize(run_dir)["failed"]) == (0, [])
+    steps.scan_partitions(run_dir, _settings(logs, dry_run=True))
+    assert (steps.select_logs_to_clean(run_dir)["would_fail"], steps.summarize(run_dir)["failed"]) == (0, [])
     assert tree_digest(logs) == before
 
 
@@ -250,30 +250,30 @@ def test_a_partition_held_by_another_process_is_skipped_and_said_so(tmp_path: Pa
     logs = tmp_path / "logs"
     build_store(logs, NOW_MS, file_delete_delay_ms=0)
     run_dir = tmp_path / "run"
-    scan = cycle.scan_partitions(run_dir, _settings(logs))
-    planned = cycle.plan_retention_shard(run_dir, scan["shards"][0]["path"])
+    scan = steps.scan_partitions(run_dir, _settings(logs))
+    planned = steps.plan_retention_shard(run_dir, scan["shards"][0]["path"])
     held = logs / f"{EVENTS}-1"
     before = tree_digest(held)
     with partition_lock(held, timeout_s=0):
-        mark = cycle.mark_shard(run_dir, planned["plan"], lock_timeout_s=0.2)
+        mark = steps.mark_shard(run_dir, planned["plan"], lock_timeout_s=0.2)
     assert mark["errors"] == 1 and mark["topics"][EVENTS]["log_start_offsets"] == {"0": 100}
     assert tree_digest(held) == before
-    summary = cycle.summarize(run_dir)
+    summary = steps.summarize(run_dir)
     assert summary["failed"] == []
     assert summary["skipped"] == [{"step": "mark_deleted", "topic": EVENTS, "partition": 1,
                                    "error": f"{held}: locked by another kafkalog process (waited 0.2 s)"}]
     assert f"SKIPPED {EVENTS}-1 in mark_deleted: {held}: locked by another kafkalog process (waited 0.2 s); a later " \
-           "cycle does it" in cycle.format_report(summary)
-    assert cycle.failure_message(summary, {}, subject="the cycle", started=True) is None
+           "cycle does it" in steps.format_report(summary)
+    assert steps.failure_message(summary, {}, subject="the cycle", started=True) is None
 
 
 def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> None:
     """The Spark job's report says ``locked`` for a partition whose cleaner lock another process holds."""
     run_dir = tmp_path / "run"
-    plans.write_json(cycle.compaction_report_path(run_dir), {"status": "partitions-failed", "partitions": [
+    plans.write_json(steps.compaction_report_path(run_dir), {"status": "partitions-failed", "partitions": [
         {"topic": CHANGELOG, "partition": 0, "ok": False, "status": "locked", "error": "x: locked"},
         {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "stats": {}}]})
-    summary = cycle.summarize(run_dir)
+    summary = steps.summarize(run_dir)
     assert summary["failed"] == [] and summary["compaction"]["cleaned"] == [f"{CHANGELOG}-1"]
     assert summary["skipped"] == [{"step": "compact", "topic": CHANGELOG, "partition": 0, "error": "x: locked"}]
 
@@ -281,8 +281,8 @@ def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> 
 def test_a_run_dir_is_a_writable_place_of_its_own(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
-    assert cycle.run_dir_for(None, [str(logs)], "d", "r") == tmp_path / ".kafkalog-pipeline" / "d" / "r"
-    assert cycle.run_dir_for(str(tmp_path / "state"), [str(logs)], "d", "r") == tmp_path / "state" / "d" / "r"
+    assert steps.run_dir_for(None, [str(logs)], "d", "r") == tmp_path / ".kafkalog-pipeline" / "d" / "r"
+    assert steps.run_dir_for(str(tmp_path / "state"), [str(logs)], "d", "r") == tmp_path / "state" / "d" / "r"
     (tmp_path / "a-file").write_text("x")
     for state_dir, log_dirs, message in [
         (None, ["/"], ROOT_REFUSED),
@@ -300,7 +300,7 @@ def test_a_run_dir_is_a_writable_place_of_its_own(tmp_path: Path) -> None:
                                                           f"{tmp_path}/a-file is not a directory this user can write"),
     ]:
         with pytest.raises((ConfigError, LogDirError)) as raised:
-            cycle.run_dir_for(state_dir, log_dirs, "d", "r")
+            steps.run_dir_for(state_dir, log_dirs, "d", "r")
         assert str(raised.value) == message
-        assert cycle.permanent_error(raised.value)
+        assert steps.permanent_error(raised.value)
     assert not os.path.lexists("/.kafkalog-pipeline")

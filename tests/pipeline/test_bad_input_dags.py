@@ -25,11 +25,11 @@ from helpers import dag_test, migrated_env, require_spark, run_dir
 from synthetic import CHANGELOG, build_store
 from test_bad_input import _delete_topic, corrupt_compacted_store
 
+from kafkalog.cycle import plans
+from kafkalog.cycle.plans import read_json
+from kafkalog.cycle.steps import format_ms
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline import plans
-from kafkalog.pipeline.cycle import format_ms
-from kafkalog.pipeline.plans import read_json
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 FAST_S = 120  # a run that fails fast, or waits for no long delay, ends well within this (retries take minutes)

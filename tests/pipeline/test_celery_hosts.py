@@ -35,7 +35,7 @@ from helpers import live_files, require_spark
 from services import postgres_db, redis_broker  # noqa: F401 - fixtures, used by name
 from synthetic import build_store
 
-from kafkalog.pipeline.airflow_local import LocalAirflow
+from devtools.airflow_local import LocalAirflow
 from tests.spark.netns_cluster import SUBNET_PREFIX, _listeners, _make_bridge, _make_namespace, netns_missing
 from tests.spark.processes import kill_tree
 

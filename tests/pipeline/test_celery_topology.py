@@ -26,10 +26,10 @@ from helpers import live_files, require_spark
 from services import HOST, postgres_db, redis_broker  # noqa: F401 - fixtures, used by name
 from synthetic import CHANGELOG, SESSIONS, build_store
 
+from devtools.airflow_local import LocalAirflow
+from kafkalog.cycle.plans import read_json
+from kafkalog.cycle.steps import run_dir_for
 from kafkalog.log import names
-from kafkalog.pipeline.airflow_local import LocalAirflow
-from kafkalog.pipeline.cycle import run_dir_for
-from kafkalog.pipeline.plans import read_json
 from tests.spark.processes import descendants, listening_addresses, standalone_cluster
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]

@@ -23,11 +23,11 @@ from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.airflow import log_store_detail
 from kafkalog.airflow.log_store_inventory import SnapshotMemo, build_inventory
+from kafkalog.cycle import steps
+from kafkalog.cycle.steps import CycleSettings
 from kafkalog.errors import ConfigError
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline import cycle
-from kafkalog.pipeline.cycle import CycleSettings
 from kafkalog.tools.status import status_rows
 
 OFF = "log.cleaner.enable=false"
@@ -144,22 +144,22 @@ def test_a_cycle_neither_compacts_nor_retains_compacted_topics(store: Store) -> 
     run_dir = store.tmp / "run"
     settings = CycleSettings("kafkalog_cleanup/test", store.now_ms, (str(store.log_dir),), str(store.broker))
     compacted = store.dirs(*COMPACTED)
-    scan = cycle.scan_partitions(run_dir, settings)
-    marks = [cycle.mark_shard(run_dir, cycle.plan_retention_shard(run_dir, s["path"])["plan"]) for s in scan["shards"]]
+    scan = steps.scan_partitions(run_dir, settings)
+    marks = [steps.mark_shard(run_dir, steps.plan_retention_shard(run_dir, s["path"])["plan"]) for s in scan["shards"]]
     assert sorted(t for m in marks for t in m["topics"]) == [EVENTS]
-    selected = cycle.select_logs_to_clean(run_dir)
+    selected = steps.select_logs_to_clean(run_dir)
     assert (selected["selected"], selected["checkpoint_resets"], selected["errors"]) == (0, 0, 0)
-    summary = cycle.summarize(run_dir)
+    summary = steps.summarize(run_dir)
     assert summary["compaction"]["selected"] == []
     assert {p: r for p, r in summary["waiting"].items() if p != f"{EVENTS}-0" and p != f"{EVENTS}-1"} == {
         f"{t}-{p}": [f"retention {NO_RETENTION}", f"compaction {NO_COMPACTION}"] for t, p in COMPACTED}
-    assert f"waiting {SESSIONS}-0: retention {NO_RETENTION}; compaction {NO_COMPACTION}" in cycle.format_report(summary)
+    assert f"waiting {SESSIONS}-0: retention {NO_RETENTION}; compaction {NO_COMPACTION}" in steps.format_report(summary)
     assert store.dirs(*COMPACTED) == compacted
 
     compact_run = store.tmp / "compact-run"  # the kafkalog_compact DAG's plan_compaction step
-    cycle.start_cycle(compact_run, settings)
+    steps.start_cycle(compact_run, settings)
     with pytest.raises(ConfigError) as refused:
-        cycle.select_logs_to_clean(compact_run, topic=CHANGELOG, partitions=[0])
+        steps.select_logs_to_clean(compact_run, topic=CHANGELOG, partitions=[0])
     assert str(refused.value) == REFUSED
     assert not (compact_run / "compaction-plan.json").exists()
 
@@ -225,6 +225,7 @@ print("RESULT " + json.dumps([response.status_code, response.json()]))
 '''
 
 
+@pytest.mark.airflow
 def test_compact_now_is_refused_naming_the_key(store: Store) -> None:
     env = airflow_env(store.tmp / "airflow", KAFKALOG_LOG_DIRS=str(store.log_dir), KAFKALOG_CONFIG=str(store.broker),
                       KAFKALOG_UI_AIRFLOW_URL="http://127.0.0.1:9")  # nothing listens: a trigger would fail

@@ -283,7 +283,7 @@ def test_the_dockerfile_installs_jre_17_and_the_pinned_project() -> None:
     assert re.search(r"pip install --no-deps --force-reinstall \"?pyspark==(\$\{PYSPARK_VERSION\}|"
                      + re.escape(pyspark) + ")", text)
     assert re.search(rf"ARG PYSPARK_VERSION={re.escape(pyspark)}\b", text) or f"pyspark=={pyspark}" in text
-    # kafkalog goes to site-packages: the job's path is given (kafkalog.pipeline.spark.JOB_ENV).
+    # kafkalog goes to site-packages: the job's path is given (kafkalog.cycle.spark.JOB_ENV).
     job = re.search(r"KAFKALOG_SPARK_JOB=(\S+)", text)
     assert job and job.group(1).endswith("/spark_jobs/compact_logs.py")
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import run_cli, tree_digest
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
-from kafkalog.pipeline import cycle, plans
-from kafkalog.pipeline.cycle import CycleSettings, PartitionInventory, split_into_shards
+from kafkalog.cycle import plans, steps
+from kafkalog.cycle.steps import CycleSettings, PartitionInventory, split_into_shards
 
 
 def _settings(log_dir: Path, now_ms: int, **kwargs: object) -> CycleSettings:
@@ -36,35 +36,35 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000) - 60_000
     log_dir, run_dir = tmp_path / "logs", tmp_path / "run"
     build_store(log_dir, now_ms, file_delete_delay_ms=0)
-    scan = cycle.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=2)
+    scan = steps.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=2)
     assert (scan["partitions"], len(scan["shards"])) == (5, 3)
     assert scan["now_ms"] == now_ms and scan["errors"] == []
 
-    planned = [cycle.plan_retention_shard(run_dir, s["path"]) for s in scan["shards"]]
+    planned = [steps.plan_retention_shard(run_dir, s["path"]) for s in scan["shards"]]
     cli_plan = json.loads(run_cli("retention", "plan", "--log-dir", str(log_dir), "--now-ms", str(now_ms),
                                   "--json").out)
     assert sum(p["segments"] for p in planned) == sum(len(p["segments"]) for p in cli_plan["partitions"]) == 12
     assert {t for p in planned for t in p["topics_read"]} == {EVENTS, CHANGELOG, SESSIONS}
 
-    marks = [cycle.mark_shard(run_dir, p["plan"]) for p in planned]
+    marks = [steps.mark_shard(run_dir, p["plan"]) for p in planned]
     changed = {t: c for m in marks for t, c in m["topics"].items()}
     assert changed[EVENTS]["segments_deleted"] == 10 and changed[EVENTS]["log_start_offsets"] == {"0": 100, "1": 100}
     assert changed[SESSIONS]["log_start_offsets"] == {"0": 240} and CHANGELOG not in changed
-    deadline = cycle.file_delete_deadline_ms(run_dir)
+    deadline = steps.file_delete_deadline_ms(run_dir)
     assert deadline is not None and deadline == max(m["newest_mark_ms"] for m in marks if m["newest_mark_ms"])
 
-    deleted = cycle.delete_marked(run_dir)
+    deleted = steps.delete_marked(run_dir)
     assert deleted["deleted_files"] > 0 and deleted["waiting_files"] == 0
     assert not list(log_dir.rglob("*.deleted"))
-    selected = cycle.select_logs_to_clean(run_dir)
+    selected = steps.select_logs_to_clean(run_dir)
     assert selected["selected"] == 3 and selected["topics_read"] == [CHANGELOG, SESSIONS]
     plan = plans.read_compaction_plan(selected["plan"])
     assert plan["selected"][0]["log_dir"] == str(log_dir.resolve())
     assert {(s["topic"], s["partition"]) for s in plan["selected"]} == {(CHANGELOG, 0), (CHANGELOG, 1), (SESSIONS, 0)}
-    summary = cycle.summarize(run_dir)
+    summary = steps.summarize(run_dir)
     assert summary["retention"]["segments_marked"] == 12 and summary["failed"] == []
     assert summary["compaction"]["selected"] == [f"{s['topic']}-{s['partition']}" for s in plan["selected"]]
-    lines = cycle.format_report(summary)
+    lines = steps.format_report(summary)
     assert lines[1].startswith("retention: marked 12 segments")
 
 
@@ -74,20 +74,20 @@ def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_p
     build_store(log_dir, now_ms)
     before = tree_digest(log_dir)
     dry = tmp_path / "dry"
-    scan = cycle.scan_partitions(dry, _settings(log_dir, now_ms, dry_run=True))
-    plan = cycle.plan_retention_shard(dry, scan["shards"][0]["path"])
-    mark = cycle.mark_shard(dry, plan["plan"])
+    scan = steps.scan_partitions(dry, _settings(log_dir, now_ms, dry_run=True))
+    plan = steps.plan_retention_shard(dry, scan["shards"][0]["path"])
+    mark = steps.mark_shard(dry, plan["plan"])
     assert mark["segments"] == 12 and mark["newest_mark_ms"] is None
-    cycle.delete_marked(dry)
-    cycle.select_logs_to_clean(dry)
+    steps.delete_marked(dry)
+    steps.select_logs_to_clean(dry)
     assert tree_digest(log_dir) == before
 
     real = tmp_path / "real"
-    scan = cycle.scan_partitions(real, _settings(log_dir, now_ms))
-    plan = cycle.plan_retention_shard(real, scan["shards"][0]["path"])
-    assert cycle.mark_shard(real, plan["plan"])["segments"] == 12
+    scan = steps.scan_partitions(real, _settings(log_dir, now_ms))
+    plan = steps.plan_retention_shard(real, scan["shards"][0]["path"])
+    assert steps.mark_shard(real, plan["plan"])["segments"] == 12
     after = tree_digest(log_dir)
-    again = cycle.mark_shard(real, plan["plan"])  # Airflow's retry of the same task
+    again = steps.mark_shard(real, plan["plan"])  # Airflow's retry of the same task
     assert again["segments"] == 0 and again["errors"] == 0
     assert {k: v for k, v in tree_digest(log_dir).items() if "journal" not in k} == \
         {k: v for k, v in after.items() if "journal" not in k}
@@ -158,12 +158,12 @@ def test_a_symlinked_partition_dir_is_named_by_the_scan_and_never_followed(tmp_p
     (log_dir / f"{EVENTS}-1").rename(outside)
     (log_dir / f"{EVENTS}-1").symlink_to(outside, target_is_directory=True)
     before = tree_digest(outside)
-    scan = cycle.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=2)
+    scan = steps.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=2)
     assert scan["partitions"] == 4
     [error] = scan["errors"]
     assert (error["topic"], error["partition"]) == (EVENTS, 1)
     assert error["error"].startswith(f"{log_dir / f'{EVENTS}-1'}: partition directory is a symlink to {outside}")
     for shard in scan["shards"]:
-        cycle.mark_shard(run_dir, cycle.plan_retention_shard(run_dir, shard["path"])["plan"])
+        steps.mark_shard(run_dir, steps.plan_retention_shard(run_dir, shard["path"])["plan"])
     assert tree_digest(outside) == before
-    assert f"{EVENTS}-1" in {f"{f['topic']}-{f['partition']}" for f in cycle.summarize(run_dir)["failed"]}
+    assert f"{EVENTS}-1" in {f"{f['topic']}-{f['partition']}" for f in steps.summarize(run_dir)["failed"]}

@@ -24,10 +24,10 @@ from conftest import run_cli, tree_digest
 from helpers import dag_test, live_files, migrated_env, require_spark, run_dir
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
-from kafkalog.pipeline.plans import read_json
+from kafkalog.cycle.plans import read_json
 from tests.spark.processes import standalone_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 DELAY_MS = 2000
 
 

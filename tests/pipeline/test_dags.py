@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from helpers import airflow_env
 
+pytestmark = [pytest.mark.airflow]  # DagBag parses in a subprocess with an Airflow home of its own
+
 PARSE = r'''
 import json, sys
 from airflow.dag_processing.dagbag import DagBag

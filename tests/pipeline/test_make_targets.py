@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, require_spark
 
-from kafkalog.pipeline.airflow_local import LocalAirflow, free_port
+from devtools.airflow_local import LocalAirflow, free_port
 from tests.spark.processes import descendants, listening_addresses
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from kafkalog.cycle import plans
 from kafkalog.log import shares
 from kafkalog.log.store import LogStore
-from kafkalog.pipeline import plans
 from kafkalog.tools.status import status_rows
 
 T0 = 1_700_000_000_000

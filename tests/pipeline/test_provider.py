@@ -23,6 +23,7 @@ def _airflow(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.airflow
 def test_airflow_lists_the_provider_its_hook_and_its_config_section(tmp_path: Path) -> None:
     env = airflow_env(tmp_path, AIRFLOW__KAFKALOG__STORES="kafkalog_default,store_b")
     providers = {row["package_name"]: row for row in json.loads(_airflow(env, "providers", "list", "-o", "json"))}

@@ -17,7 +17,7 @@ from conftest import run_cli, tree_digest
 from helpers import dag_test, live_files, migrated_env, require_spark
 from synthetic import EVENTS, build_store
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 DELAY_MS = 2000
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from conftest import run_cli
 from synthetic import CHANGELOG, EVENTS, build_store
 
+from kafkalog.cycle import steps
+from kafkalog.cycle.steps import CycleSettings
 from kafkalog.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from kafkalog.log.names import OFFSET_CHECKPOINTS, RECOVERY_POINT_CHECKPOINT, TopicPartition
 from kafkalog.log.store import LogStore, PartitionLocation, parse_delete_dir_name
-from kafkalog.pipeline import cycle
-from kafkalog.pipeline.cycle import CycleSettings
 
 
 def _delete_dirs(log_dir: Path) -> list[str]:
@@ -45,16 +45,16 @@ def test_a_deleted_topic_disappears_at_once_and_its_dirs_go_after_the_delay(tmp_
     assert sorted(e["files"][0] for e in journal if e["action"] == "delete-topic") == renamed
 
     settings = CycleSettings("t/1", now_ms, (str(log_dir),), str(tmp_path / "broker.properties"))
-    cycle.scan_partitions(tmp_path / "run1", settings)
-    early = cycle.delete_marked(tmp_path / "run1")
+    steps.scan_partitions(tmp_path / "run1", settings)
+    early = steps.delete_marked(tmp_path / "run1")
     assert early["deleted_dirs"] == 0 and _delete_dirs(log_dir) == renamed  # not before the delay
     marked_s = (log_dir / renamed[0]).lstat().st_mtime
     assert abs(marked_s - time.time()) < 30  # the mark time is the dir's mtime ...
     for name in renamed:  # ... so 31 s later is this:
         os.utime(log_dir / name, (marked_s - 31, marked_s - 31), follow_symlinks=False)
-    cycle.scan_partitions(tmp_path / "run2", CycleSettings("t/2", now_ms, (str(log_dir),),
+    steps.scan_partitions(tmp_path / "run2", CycleSettings("t/2", now_ms, (str(log_dir),),
                                                            str(tmp_path / "broker.properties")))
-    late = cycle.delete_marked(tmp_path / "run2")
+    late = steps.delete_marked(tmp_path / "run2")
     assert late["deleted_dirs"] == 2 and _delete_dirs(log_dir) == []
     assert run_cli("topics", "create", "--log-dir", str(log_dir), "--topic", EVENTS).code == 0  # the name is free
 
@@ -73,7 +73,7 @@ def test_a_crash_between_the_renames_is_finished_by_the_next_cycle(tmp_path: Pat
     recreate = run_cli("topics", "create", "--log-dir", str(log_dir), "--topic", CHANGELOG)
     assert recreate.code == 1 and "is being deleted" in recreate.err
 
-    scan = cycle.scan_partitions(tmp_path / "run", CycleSettings("t/1", now_ms, (str(log_dir),)))
+    scan = steps.scan_partitions(tmp_path / "run", CycleSettings("t/1", now_ms, (str(log_dir),)))
     assert scan["errors"] == []
     assert not (log_dir / f"{CHANGELOG}-1").exists() and len(_delete_dirs(log_dir)) == 2
     assert LogStore([log_dir]).deleting_topics() == {}
@@ -127,7 +127,7 @@ def test_a_crash_before_the_checkpoints_lose_the_topic_is_finished_by_the_next_c
     for partition in (0, 1):
         store.rename_for_delete(_live(log_dir, CHANGELOG, partition), mark_time_ms=now_ms)
     assert _checkpoints(log_dir) == before  # the process died here
-    scan = cycle.scan_partitions(tmp_path / "run", CycleSettings("t/1", now_ms, (str(log_dir),)))
+    scan = steps.scan_partitions(tmp_path / "run", CycleSettings("t/1", now_ms, (str(log_dir),)))
     assert scan["errors"] == []
     assert _checkpoints(log_dir) == _without(before, CHANGELOG)
     assert LogStore([log_dir]).deleting_topics() == {}

@@ -24,7 +24,7 @@ import pytest
 from helpers import require_spark
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
-from kafkalog.pipeline.airflow_local import LocalAirflow
+from devtools.airflow_local import LocalAirflow
 from kafkalog.tools.demo import write_demo_store
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]

@@ -38,15 +38,15 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
-from helpers import REPO, require_spark
+from helpers import require_spark
 
+from devtools.airflow_local import LocalAirflow
 from kafkalog.airflow import log_store_inventory
 from kafkalog.airflow.log_store_inventory import JournalTail, SnapshotMemo, build_inventory
 from kafkalog.airflow.log_store_view import InventoryCache, StoreSpec
 from kafkalog.log import names
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import journal
-from kafkalog.pipeline.airflow_local import LocalAirflow
 from kafkalog.tools.demo import write_demo_store
 from kafkalog.tools.status import status_rows
 
@@ -457,6 +457,7 @@ def test_a_symlinked_partition_dir_is_listed_quarantined_and_never_read(tmp_path
     assert len(rows) == 6 and [p.stat().st_atime for p in behind] == [0.0] * len(behind)
 
 
+@pytest.mark.airflow
 def test_importing_the_plugin_loads_no_numba(tmp_path: Path) -> None:
     """Every Airflow component loads the plugins; only the api-server's requests need the log layer."""
     code = ("import sys\n"

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kafkalog.pipeline.airflow_local import descendants  # shared with the Airflow harness
+from devtools.airflow_local import descendants  # shared with the Airflow harness
 
 BIN = Path(sys.executable).parent  # the venv's spark-submit / spark-class come with its pyspark
 

@@ -11,8 +11,8 @@ With ``executor="CeleryExecutor"`` the scheduler sends the tasks to a queue of t
 on a Redis broker and a ``celery-worker`` component runs them; Celery's results go to the metadata DB,
 which must then be a server's (Postgres).
 
-    python -m kafkalog.pipeline.airflow_local demo  [--dir demo-logs]   # one whole cycle, printed
-    python -m kafkalog.pipeline.airflow_local serve [--dir demo-logs]   # the UI until Ctrl-C
+    python -m devtools.airflow_local demo  [--dir demo-logs]   # one whole cycle, printed
+    python -m devtools.airflow_local serve [--dir demo-logs]   # the UI until Ctrl-C
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 LOOPBACK = "127.0.0.1"
 COMPONENTS = {
     "api-server": ["api-server", "--host", LOOPBACK, "--port", "{port}", "--workers", "1"],
@@ -90,7 +90,7 @@ class LocalAirflow:
         return f"http://{LOOPBACK}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        from kafkalog.pipeline.plans import write_json
+        from kafkalog.cycle.plans import write_json
 
         passwords = self.home / "passwords.json"
         if not passwords.exists() or json.loads(passwords.read_text() or "{}") != {"admin": self.password}:
@@ -328,7 +328,7 @@ def _demo_store(directory: Path) -> dict[str, str]:
 
 
 def demo(directory: Path, home: Path) -> int:
-    from kafkalog.pipeline.cycle import format_report, run_dir_for, summarize
+    from kafkalog.cycle.steps import format_report, run_dir_for, summarize
 
     env = _demo_store(directory)
     print(f"Wrote the demo log dir {directory}; starting Airflow (LocalExecutor, Spark local[2]) in {home} ...")
@@ -374,7 +374,7 @@ def _exit_once(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kafkalog.pipeline.airflow_local",
+    parser = argparse.ArgumentParser(prog="python -m devtools.airflow_local",
                                      description="Airflow on one machine for the kafkalog pipeline.")
     parser.add_argument("command", choices=["demo", "serve"])
     parser.add_argument("--dir", default="demo-logs", help="the demo log dir (rewritten)")

@@ -1,7 +1,7 @@
 """One cleanup cycle (Kafka's LogManager and LogCleaner scheduled work) as steps with JSON in and out.
 
 Each step is what one task of the ``kafkalog_cleanup`` DAG runs; the CLI runs the same functions of
-``kafkalog.pipeline.plans``. A cycle lives in a *run dir* that every worker sees (beside the log
+``kafkalog.cycle.plans``. A cycle lives in a *run dir* that every worker sees (beside the log
 dirs by default): ``cycle.json`` (its settings and clock), the shard lists, the retention and
 compaction plans, and each step's result (``results/<step>[-<shard>].json``). Tasks pass only paths
 and counts; the report reads the results from the run dir. Every step is idempotent, so a retried
@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kafkalog.cycle import plans
+from kafkalog.cycle.plans import Doc, read_json, write_json
 from kafkalog.errors import ConfigError, KafkaLogError, LogDirError, LogLockedError
-from kafkalog.pipeline import plans
-from kafkalog.pipeline.plans import Doc, read_json, write_json
 
 CYCLE_FILE = "cycle.json"
 DEFAULT_STATE_DIR = ".kafkalog-pipeline"  # beside the first log dir, like the Spark job's scratch dir

@@ -371,16 +371,17 @@ def cmd_retention(args: argparse.Namespace) -> int:
     if getattr(args, "plan", None):
         if args.now_ms is not None or args.topic is not None or args.partition is not None:
             raise KafkaLogError("--plan carries its own clock and partitions: drop --now-ms/--topic/--partition")
-        plan = plans.read_plan(args.plan, plans.RETENTION_PLAN_KIND)
-        if plan["now_ms"] > int(time.time() * 1000):
-            raise KafkaLogError(f"{args.plan}: now_ms {plan['now_ms']} is in the future")
+        plan = plans.read_retention_plan(args.plan)
+        if plan.now_ms > int(time.time() * 1000):
+            raise KafkaLogError(f"{args.plan}: now_ms {plan.now_ms} is in the future")
     else:
         targets = _retention_targets(args, store)
         _progress(args, f"retention {args.action}: planning {len(targets)} partitions")
         plan = plans.plan_retention(store, targets, _now_ms(args), processes=args.processes)
-    now_ms = plan["now_ms"]
-    doc: dict[str, Any] = {"run_id": run_id, "action": args.action, **plan}
-    failures = list(plan["errors"])
+    now_ms = plan.now_ms
+    shown = plan.to_json()
+    doc: dict[str, Any] = {"run_id": run_id, "action": args.action, **shown}
+    failures = list(shown["errors"])
     if args.action == "apply":
         _progress(args, "retention apply: marking")
         applied = plans.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
@@ -392,7 +393,7 @@ def cmd_retention(args: argparse.Namespace) -> int:
         _emit_json(doc, sys.stdout)
     else:
         verb = "marked deleted" if args.action == "apply" else "deletable"
-        partitions = plan["partitions"]
+        partitions = shown["partitions"]
         if args.action == "apply":
             done = {(a["topic"], a["partition"]): set(a["segments"]) for a in doc["applied"]}
             partitions = [{**p, "segments": [s for s in p["segments"] if s["base_offset"] in
@@ -403,9 +404,9 @@ def cmd_retention(args: argparse.Namespace) -> int:
                       f"{seg['detail']}")
         total = sum(seg["bytes"] for p in partitions for seg in p["segments"])
         count = sum(len(p["segments"]) for p in partitions)
-        print(f"{count} segments ({total} bytes) {verb} in {len(plan['partitions'])} partitions at now_ms={now_ms}")
+        print(f"{count} segments ({total} bytes) {verb} in {len(shown['partitions'])} partitions at now_ms={now_ms}")
         # Once per topic: with no log cleaner running, compacted topics get no retention at all.
-        unretained = {p["topic"]: b for p in plan["partitions"] for b in p["blocked_by"]
+        unretained = {p["topic"]: b for p in shown["partitions"] for b in p["blocked_by"]
                       if b.startswith(f"{CLEANER_DISABLED}:")}
         for topic, reason in sorted(unretained.items()):
             print(f"{topic}: no retention: {reason}")
@@ -472,9 +473,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
     done = {"cleaned": [], "errors": []} if args.dry_run else \
         plans.compact_planned(store, plan, run_id=run_id, wall_now_ms=args.wall_now_ms)
     _progress_done(args)
-    errors = plan["errors"] + done["errors"]
+    shown = plan.to_json()
+    errors = shown["errors"] + done["errors"]
     if args.json:
-        _emit_json({**plan, "run_id": run_id, "dry_run": args.dry_run, "cleaned": done["cleaned"], "errors": errors},
+        _emit_json({**shown, "run_id": run_id, "dry_run": args.dry_run, "cleaned": done["cleaned"], "errors": errors},
                    sys.stdout)
     else:
         for r in done["cleaned"]:
@@ -485,11 +487,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
                   f"{s['aborted_records_removed']} aborted records removed, {s['mb_per_s']:.1f} MB/s, "
                   f"{s['recopy_percent']:.1f}% recopied")
         if args.dry_run:
-            for c in plan["selected"]:
+            for c in shown["selected"]:
                 print(f"{c['topic']}-{c['partition']}: would clean [{c['first_dirty_offset']}, "
                       f"{c['first_uncleanable_offset']}) dirty ratio {c['dirty_ratio']:.3f}, "
                       f"{c['cleanable_bytes']} cleanable bytes")
-        unclean = [n["reason"] for n in plan["not_selected"] if n["kind"] == CLEANER_DISABLED]
+        unclean = [n["reason"] for n in shown["not_selected"] if n["kind"] == CLEANER_DISABLED]
         if unclean:
             print(f"{len(unclean)} compacted partitions not cleaned: {unclean[0]}")
         print(f"{len(done['cleaned'])} partitions cleaned, {len(errors)} failed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import gc
 import math
@@ -27,7 +28,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from kafkalog.cycle.plans import apply_checkpoint_resets, plan_compaction, read_compaction_plan, write_json
+from kafkalog.cycle.plans import (
+    CompactionPlanDocument,
+    apply_checkpoint_resets,
+    plan_compaction,
+    read_compaction_plan,
+    write_json,
+)
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log import names
 from kafkalog.log.config import BrokerConfig
@@ -217,9 +224,9 @@ def run_task(item: Doc) -> Doc:
 
 
 # --- driver: checks ----------------------------------------------------------------------------------------
-def resolve_clocks(args: argparse.Namespace, plan: Doc | None, wall_ms: int) -> tuple[int, int]:
+def resolve_clocks(args: argparse.Namespace, plan: CompactionPlanDocument | None, wall_ms: int) -> tuple[int, int]:
     """(now_ms, wall_now_ms): the cycle's clock and the one wall clock every task stamps horizons with."""
-    now_ms: int = args.now_ms if plan is None else plan["now_ms"]
+    now_ms: int = args.now_ms if plan is None else plan.now_ms
     if args.now_ms not in (None, now_ms):
         raise JobError(f"--now-ms {args.now_ms} differs from the plan's now_ms {now_ms}; the plan's ranges "
                        "were chosen at its clock")
@@ -635,7 +642,8 @@ def commit(job: Job, r: Round, outs: list[Doc], expected: int) -> None:
     r.end()
 
 
-def clean_on_spark(args: argparse.Namespace, doc: Doc, store: LogStore, plan: Doc, job: Job) -> None:
+def clean_on_spark(args: argparse.Namespace, doc: Doc, store: LogStore, plan: CompactionPlanDocument,
+                   job: Job) -> None:
     timings, started = doc["timings"], time.time()
     sc = start_spark(args, job.cache_dir)
     try:
@@ -664,20 +672,20 @@ def clean_on_spark(args: argparse.Namespace, doc: Doc, store: LogStore, plan: Do
 
 
 # --- driver: the run and its report ------------------------------------------------------------------------
-def apply_resets(store: LogStore, plan: Doc) -> list[Doc]:
+def apply_resets(store: LogStore, plan: CompactionPlanDocument) -> list[Doc]:
     """The plan's checkpoint resets. A reset of a partition the log dirs do not hold (deleted since the
     plan was made, or a plan made elsewhere) fails that partition, as a selected one does, and the others
     are applied; returns those failures, for the report."""
     known, failures = [], []
-    for reset in plan.get("checkpoint_resets") or []:
+    for reset in plan.checkpoint_resets:
         try:
-            store.locate(reset["topic"], reset["partition"])
+            store.locate(reset.topic, reset.partition)
             known.append(reset)
         except (KafkaLogError, OSError) as exc:
-            failures.append({"topic": reset["topic"], "partition": reset["partition"], "ok": False,
+            failures.append({"topic": reset.topic, "partition": reset.partition, "ok": False,
                              "status": "failed", "stage": "checkpoint-reset",
-                             "error": f"checkpoint reset to offset {reset['offset']}: {exc}"})
-    apply_checkpoint_resets(store, {**plan, "checkpoint_resets": known})
+                             "error": f"checkpoint reset to offset {reset.offset}: {exc}"})
+    apply_checkpoint_resets(store, dataclasses.replace(plan, checkpoint_resets=tuple(known)))
     return failures
 
 
@@ -705,8 +713,8 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
                                    partitions=None if args.partition is None else [args.partition])
     except KafkaLogError as exc:
         raise JobError(str(exc)) from None
-    targets = [{k: t[k] for k in ("topic", "partition", "first_dirty_offset", "first_uncleanable_offset")}
-               for t in plan["selected"]]
+    targets = [{"topic": t.topic, "partition": t.partition, "first_dirty_offset": t.first_dirty_offset,
+                "first_uncleanable_offset": t.first_uncleanable_offset} for t in plan.selected]
     doc["plan"] = {"source": args.plan or "cleaner-manager", "topic": args.topic, "partition": args.partition,
                    "targets": targets}
     doc["run_id"] = run_id = args.run_id or new_run_id()
@@ -719,8 +727,8 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
         clean_on_spark(args, doc, store, plan, job)
     else:  # a cycle with nothing to clean does not pay for a Spark session
         job.failures += apply_resets(store, plan)
-    errors = [{"topic": e.get("topic"), "partition": e.get("partition"), "ok": False, "status": "failed",
-               "stage": "plan", "error": e.get("error")} for e in plan.get("errors") or [] if isinstance(e, dict)]
+    errors = [{"topic": e.topic, "partition": e.partition, "ok": False, "status": "failed", "stage": "plan",
+               "error": e.error} for e in plan.errors]
     doc["partitions"] = errors + job.failures + sorted((r.out for r in job.rounds),
                                                        key=lambda p: (p["topic"], p["partition"]))
     doc["totals"] = totals(doc["partitions"])

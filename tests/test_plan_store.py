@@ -40,12 +40,16 @@ def test_a_plan_made_for_another_store_is_refused_and_changes_nothing(tmp_path: 
     assert refused.err == (f"kafkalog: error: the plan was made for log dirs {b}, not {a}; nothing applied "
                            "(make the plan on this store)\n")
     assert _unchanged(a, b) == before
-    # A plan without the store's name (made before plans carried it) is checked partition by partition.
-    del plan["log_dirs"]
-    plan_b.write_text(json.dumps(plan))
+    # A plan without the store's name (made before plans carried it) is refused: a missing key is an error.
+    plan_b.write_text(json.dumps({k: v for k, v in plan.items() if k != "log_dirs"}))
+    refused = run_cli("retention", "apply", "--log-dir", str(a), "--plan", str(plan_b))
+    assert refused.code == 1 and f"{plan_b}: missing key(s) log_dirs" in refused.err
+    # One that names this store but lists another's partition is checked partition by partition.
+    plan_b.write_text(json.dumps({**plan, "log_dirs": [str(a)]}))
     refused = run_cli("retention", "apply", "--log-dir", str(a), "--plan", str(plan_b))
     assert refused.code == 1 and f"the plan's t-0 is in log dir {b}, which is not one of {a}" in refused.err
     assert _unchanged(a, b) == before
     # On its own store it applies.
+    plan_b.write_text(done.out)
     assert run_cli("retention", "apply", "--log-dir", str(b), "--plan", str(plan_b)).code == 0
     assert list((b / "t-0").glob("*.log.deleted"))

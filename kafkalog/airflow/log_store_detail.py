@@ -233,12 +233,12 @@ def what_if(store: LogStore, topic: str, changes: Mapping[str, str], now_ms: int
     doc: Row = {"topic": topic, "now_ms": now_ms, "changes": normalised, "partitions": len(locations),
                 "config_before": _what_if_values(store.log_config(topic)),
                 "config_after": _what_if_values(after_config)}
-    retention = {"before": plans.plan_retention(before, locations, now_ms),
-                 "after": plans.plan_retention(after, locations, now_ms)}
+    retention = {"before": plans.plan_retention(before, locations, now_ms).to_json(),
+                 "after": plans.plan_retention(after, locations, now_ms).to_json()}
     doc["retention"] = {**retention, "totals": {k: _retention_totals(v) for k, v in retention.items()}}
     if store.log_config(topic).compact or after_config.compact:
-        compaction = {"before": plans.plan_compaction(before, now_ms=now_ms),
-                      "after": plans.plan_compaction(after, now_ms=now_ms)}
+        compaction = {"before": plans.plan_compaction(before, now_ms=now_ms).to_json(),
+                      "after": plans.plan_compaction(after, now_ms=now_ms).to_json()}
         doc["compaction"] = {**compaction, "totals": {k: _compaction_totals(v) for k, v in compaction.items()}}
     else:
         doc["compaction"] = None

@@ -29,12 +29,12 @@ import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from kafkalog.cycle import plans
-from kafkalog.cycle.plans import Doc, read_json, write_json
+from kafkalog.cycle.documents import Doc, read_json, write_json
 from kafkalog.errors import ConfigError, KafkaLogError, LogDirError, LogLockedError
 
 CYCLE_FILE = "cycle.json"
@@ -115,10 +115,25 @@ class CycleSettings:
         return {"version": 1, **asdict(self)}
 
     @classmethod
-    def from_json(cls, doc: Doc) -> CycleSettings:
-        topics = doc.get("topics")
-        return cls(str(doc["run_id"]), int(doc["now_ms"]), tuple(doc["log_dirs"]), doc.get("config_file"),
-                   None if topics is None else tuple(topics), bool(doc.get("dry_run", False)), doc.get("wall_now_ms"))
+    def from_json(cls, doc: Doc, where: str = "cycle.json") -> CycleSettings:
+        """Strictly: every key, none unknown, each of its kind (a misspelt key is an error, not a default)."""
+        from kafkalog.cycle.documents import PlanError
+
+        names = [f.name for f in fields(cls)]
+        unknown, missing = sorted(set(doc) - {"version", *names}), [n for n in names if n not in doc]
+        if doc.get("version") != 1 or unknown or missing:
+            raise PlanError(f"{where}: not the cycle settings of this kafkalog (version {doc.get('version')!r}"
+                            + (f"; unknown key(s) {', '.join(unknown)}" if unknown else "")
+                            + (f"; missing key(s) {', '.join(missing)}" if missing else "") + ")")
+        kinds: dict[str, type | tuple[type, ...]] = {
+                 "run_id": str, "now_ms": int, "log_dirs": list, "config_file": (str, type(None)),
+                 "topics": (list, type(None)), "dry_run": bool, "wall_now_ms": (int, type(None))}
+        for name, kind in kinds.items():
+            if not isinstance(doc[name], kind) or (kind is int and isinstance(doc[name], bool)):
+                raise PlanError(f"{where}: {name} = {doc[name]!r} is not of the kind the cycle writes")
+        topics = doc["topics"]
+        return cls(doc["run_id"], doc["now_ms"], tuple(doc["log_dirs"]), doc["config_file"],
+                   None if topics is None else tuple(topics), doc["dry_run"], doc["wall_now_ms"])
 
     def store(self) -> Any:
         from kafkalog.log.config import BrokerConfig
@@ -177,7 +192,8 @@ def _safe(name: str) -> str:
 
 
 def load_settings(run_dir: Path | str) -> CycleSettings:
-    return CycleSettings.from_json(read_json(Path(run_dir) / CYCLE_FILE))
+    path = Path(run_dir) / CYCLE_FILE
+    return CycleSettings.from_json(read_json(path), str(path))
 
 
 def _result_path(run_dir: Path | str, step: str, shard: int | None = None) -> Path:
@@ -334,21 +350,20 @@ def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
     shard, locations = _shard_locations(shard_path)
     plan = plans.plan_retention(settings.store(), locations, settings.now_ms)
     path = Path(run_dir) / "retention" / f"plan-{shard:04d}.json"
-    write_json(path, plan)
+    write_json(path, plan.to_json())
     doc = {"shard": shard, "plan": str(path), "partitions": len(locations),
-           "deletable_partitions": sum(1 for p in plan["partitions"] if p["segments"]),
-           "segments": sum(len(p["segments"]) for p in plan["partitions"]),
-           "bytes": sum(p["bytes"] for p in plan["partitions"]), "errors": plan["errors"],
+           "deletable_partitions": len(plan.due), "segments": sum(len(p.segments) for p in plan.partitions),
+           "bytes": sum(p.bytes for p in plan.partitions), "errors": [e.to_json() for e in plan.errors],
            "topics_read": sorted({loc.topic_partition.topic for loc in locations})}
     _save(run_dir, "plan_retention", doc, shard)
-    return {**doc, "errors": len(doc["errors"])}
+    return {**doc, "errors": len(plan.errors)}
 
 
 def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: float = 30.0) -> Doc:
     """Apply one shard's retention plan: phase one of the two-phase delete. A partition whose lock
     another process holds past ``lock_timeout_s`` is skipped (and said so); a later cycle marks it."""
     settings = load_settings(run_dir)
-    plan = plans.read_plan(plan_path, plans.RETENTION_PLAN_KIND)
+    plan = plans.read_retention_plan(plan_path)
     shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
     applied = plans.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
                                          lock_timeout_s=lock_timeout_s)
@@ -444,15 +459,16 @@ def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
     plan = plans.plan_compaction(store, now_ms=settings.now_ms, topic=topic, partitions=partitions,
                                  among_topics=settings.topics)
     path = Path(run_dir) / "compaction-plan.json"
-    write_json(path, plan)
+    write_json(path, plan.to_json())
     would_fail = plans.check_compaction_plan(store, plan, wall_now_ms=settings.wall_now_ms) if settings.dry_run else []
-    doc = {"plan": str(path), "selected": len(plan["selected"]),
-           "cleanable_bytes": sum(s["cleanable_bytes"] for s in plan["selected"]),
-           "checkpoint_resets": len(plan["checkpoint_resets"]), "errors": plan["errors"], "would_fail": would_fail,
+    errors = [e.to_json() for e in plan.errors]
+    doc = {"plan": str(path), "selected": len(plan.selected),
+           "cleanable_bytes": sum(s.cleanable_bytes for s in plan.selected),
+           "checkpoint_resets": len(plan.checkpoint_resets), "errors": errors, "would_fail": would_fail,
            "dry_run": settings.dry_run, "wall_now_ms": settings.wall_now_ms,
-           "topics_read": sorted({s["topic"] for s in plan["selected"]})}
+           "topics_read": sorted({s.topic for s in plan.selected})}
     _save(run_dir, "select_logs_to_clean", doc)
-    return {**doc, "errors": len(plan["errors"]), "would_fail": len(would_fail)}
+    return {**doc, "errors": len(errors), "would_fail": len(would_fail)}
 
 
 def compaction_report_path(run_dir: Path | str) -> Path:
@@ -521,7 +537,7 @@ def summarize(run_dir: Path | str | None) -> Doc:
     deleted = results.get("delete_marked", {})
     step_errors("delete_marked", deleted)
     plan_path = None if found is None else found / "compaction-plan.json"
-    plan = read_json(plan_path) if plan_path is not None and plan_path.exists() else {}
+    plan = plans.read_compaction_plan(plan_path) if plan_path is not None and plan_path.exists() else None
     waiting = {} if found is None else _why_waiting(found, shards, plan)
     return {
         "run_dir": None if found is None else str(found), "now_ms": scan.get("now_ms"),
@@ -534,7 +550,7 @@ def summarize(run_dir: Path | str | None) -> Doc:
         "deletion": {"files_deleted": deleted.get("deleted_files", 0), "bytes_freed": deleted.get("deleted_bytes", 0),
                      "dirs_deleted": deleted.get("deleted_dirs", []), "files_waiting": deleted.get("waiting_files", 0),
                      "next_due_ms": deleted.get("next_due_ms")},
-        "compaction": {"selected": [f"{s['topic']}-{s['partition']}" for s in plan.get("selected", [])],
+        "compaction": {"selected": [f"{s.topic}-{s.partition}" for s in (plan.selected if plan else ())],
                        "cleaned": [f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
                                    if p.get("status") == "cleaned"],
                        "topics": compaction_changes(compaction)},
@@ -542,19 +558,20 @@ def summarize(run_dir: Path | str | None) -> Doc:
     }
 
 
-def _why_waiting(run_dir: Path, shards: Sequence[int], compaction_plan: Doc) -> dict[str, list[str]]:
+def _why_waiting(run_dir: Path, shards: Sequence[int],
+                 compaction_plan: plans.CompactionPlanDocument | None) -> dict[str, list[str]]:
     """Per partition, why retention or compaction did not act on it (the plans' ``blocked_by``)."""
     waiting: dict[str, list[str]] = {}
     for shard in shards:
         path = run_dir / "retention" / f"plan-{shard:04d}.json"
         if path.exists():
-            for p in read_json(path)["partitions"]:
-                reasons = [b for b in p["blocked_by"] if not b.startswith(("unlimited", "policy"))]
+            for p in plans.read_retention_plan(path).partitions:
+                reasons = [b for b in p.blocked_by if not b.startswith(("unlimited", "policy"))]
                 if reasons:
-                    waiting.setdefault(f"{p['topic']}-{p['partition']}", []).extend(f"retention {r}" for r in reasons)
-    for n in compaction_plan.get("not_selected", []):
-        if n["kind"] != "policy":
-            waiting.setdefault(f"{n['topic']}-{n['partition']}", []).append(f"compaction {n['reason']}")
+                    waiting.setdefault(f"{p.topic}-{p.partition}", []).extend(f"retention {r}" for r in reasons)
+    for n in compaction_plan.not_selected if compaction_plan else ():
+        if n.kind != "policy":
+            waiting.setdefault(f"{n.topic}-{n.partition}", []).append(f"compaction {n.reason}")
     return dict(sorted(waiting.items()))
 
 

@@ -138,15 +138,15 @@ class ScenarioLog:
         from kafkalog.maintenance import cleaning_tasks as tasks
 
         plan = plan_compaction(self.store, now_ms=now_ms, topic=self.topic)
-        assert not plan["errors"], plan["errors"]
+        assert not plan.errors, plan.errors
         apply_checkpoint_resets(self.store, plan)
         cleaned = []
-        for target in plan["selected"]:
-            location = self.store.locate(target["topic"], target["partition"])
+        for target in plan.selected:
+            location = self.store.locate(target.topic, target.partition)
             with cleaner_lock(location.directory, timeout_s=0):
                 try:
-                    spec, ctx = tasks.plan_round(self.store, location, target["first_dirty_offset"],
-                                                 target["first_uncleanable_offset"], now_ms=now_ms,
+                    spec, ctx = tasks.plan_round(self.store, location, target.first_dirty_offset,
+                                                 target.first_uncleanable_offset, now_ms=now_ms,
                                                  wall_now_ms=wall_now_ms, parts=parts)
                     spec = tasks.RoundSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # as a task gets it
                     scratch = self.log_dir.parent / f"{self.log_dir.name}-spark-scratch"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, tree_digest
 
-from kafkalog.cycle.plans import compact_planned
+from kafkalog.cycle.plans import CompactionPlanDocument, compact_planned
 from kafkalog.errors import CleanerError, ConfigError
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log.config import BrokerConfig
@@ -55,7 +55,7 @@ def test_a_plan_for_a_topic_no_longer_compacted_is_refused_on_every_path(tmp_pat
                    "cleanup.policy=delete").code == 0
     before = _unchanged(log_dir)
     store = LogStore([log_dir])
-    done = compact_planned(store, plan, run_id="stale")
+    done = compact_planned(store, CompactionPlanDocument.from_json(plan), run_id="stale")
     assert done["cleaned"] == []
     [error] = done["errors"]
     assert "cleanup.policy=delete is not compacted any more; the planned round is refused" in error["error"]
@@ -75,7 +75,7 @@ def test_a_plan_reaching_past_an_open_transaction_is_refused(tmp_path: Path) -> 
     assert target["first_uncleanable_offset"] <= 400  # 400 records, then producer 9's open transaction
     target["first_uncleanable_offset"] = 10**12
     before = _unchanged(log_dir)
-    done = compact_planned(LogStore([log_dir]), plan, run_id="raised")
+    done = compact_planned(LogStore([log_dir]), CompactionPlanDocument.from_json(plan), run_id="raised")
     [error] = done["errors"]
     assert error["error"] == (f"cl-0: the planned round [0, {10**12}) reaches past what is cleanable now, offset 400 "
                               "(a transaction open since offset 400 holds the last stable offset there); "
@@ -97,5 +97,6 @@ def test_a_plan_is_refused_once_the_broker_runs_no_cleaner(tmp_path: Path) -> No
 
 def test_a_fresh_plan_still_cleans(tmp_path: Path) -> None:
     log_dir, plan = _store(tmp_path)
-    done = compact_planned(LogStore([log_dir]), plan, run_id="fresh", wall_now_ms=NOW)
+    done = compact_planned(LogStore([log_dir]), CompactionPlanDocument.from_json(plan), run_id="fresh",
+                           wall_now_ms=NOW)
     assert done["errors"] == [] and [c["partition"] for c in done["cleaned"]] == [0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -59,11 +60,11 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
     selected = steps.select_logs_to_clean(run_dir)
     assert selected["selected"] == 3 and selected["topics_read"] == [CHANGELOG, SESSIONS]
     plan = plans.read_compaction_plan(selected["plan"])
-    assert plan["selected"][0]["log_dir"] == str(log_dir.resolve())
-    assert {(s["topic"], s["partition"]) for s in plan["selected"]} == {(CHANGELOG, 0), (CHANGELOG, 1), (SESSIONS, 0)}
+    assert plan.selected[0].log_dir == str(log_dir.resolve())
+    assert {(s.topic, s.partition) for s in plan.selected} == {(CHANGELOG, 0), (CHANGELOG, 1), (SESSIONS, 0)}
     summary = steps.summarize(run_dir)
     assert summary["retention"]["segments_marked"] == 12 and summary["failed"] == []
-    assert summary["compaction"]["selected"] == [f"{s['topic']}-{s['partition']}" for s in plan["selected"]]
+    assert summary["compaction"]["selected"] == [f"{s.topic}-{s.partition}" for s in plan.selected]
     lines = steps.format_report(summary)
     assert lines[1].startswith("retention: marked 12 segments")
 
@@ -120,20 +121,32 @@ def test_a_reviewed_plan_is_applied_and_never_more(tmp_path: Path) -> None:
 
 def test_compaction_plan_files_are_checked(tmp_path: Path) -> None:
     path = tmp_path / "plan.json"
-    good = {"version": 1, "kind": "kafkalog-compaction-plan", "now_ms": 5, "selected": [
-        {"topic": "t", "partition": 0, "first_dirty_offset": 0, "first_uncleanable_offset": 10}],
-        "checkpoint_resets": [{"topic": "t", "partition": 1, "offset": 3}]}
+    target = {"topic": "t", "partition": 0, "log_dir": "/logs", "first_dirty_offset": 0,
+              "first_uncleanable_offset": 10, "cleanable_bytes": 100, "total_bytes": 200, "dirty_ratio": 0.5,
+              "trigger": "dirty-ratio", "limited_by": "active-segment"}
+    good = {"version": 1, "kind": "kafkalog-compaction-plan", "now_ms": 5, "topic": None, "partitions": None,
+            "selected": [target], "checkpoint_resets": [{"topic": "t", "partition": 1, "offset": 3}],
+            "not_selected": [], "errors": []}
     path.write_text(json.dumps(good))
-    assert plans.read_compaction_plan(path)["selected"][0]["topic"] == "t"
+    read = plans.read_compaction_plan(path)
+    assert (read.selected[0].topic, read.selected[0].first_uncleanable_offset, read.checkpoint_resets[0].offset) == \
+        ("t", 10, 3)
+    assert read.to_json() == good  # what is read is what was written, key for key
+    missing_errors = {k: v for k, v in good.items() if k != "errors"}
     for broken, message in [
         ({**good, "version": 2}, "not a kafkalog-compaction-plan version 1"),
         ({**good, "selected": good["selected"] * 2}, "t-0 is selected twice"),
-        ({**good, "selected": [{**good["selected"][0], "first_uncleanable_offset": -1}]}, "not a valid range"),
-        ({**good, "checkpoint_resets": [{"topic": "t"}]}, "checkpoint_resets[0]"),
-        ({**good, "now_ms": "soon"}, "needs an integer now_ms"),
+        ({**good, "selected": [{**target, "first_dirty_offset": 20}]}, "not a valid range"),
+        ({**good, "checkpoint_resets": [{"topic": "t"}]}, "checkpoint_resets[0]: missing key(s) partition, offset"),
+        ({**good, "now_ms": "soon"}, "now_ms must be an integer"),
+        # A misspelt key is an error, never a default: at the top, in an entry, or one left out.
+        ({**good, "checkpoint_reset": []}, "unknown key(s) checkpoint_reset"),
+        ({**good, "selected": [{**target, "first_dirty": 0}]}, "selected[0]: unknown key(s) first_dirty"),
+        (missing_errors, "missing key(s) errors"),
+        ({**good, "selected": [{**target, "dirty_ratio": "high"}]}, "dirty_ratio must be a number"),
     ]:
         path.write_text(json.dumps(broken))
-        with pytest.raises(plans.PlanError, match=message.replace("[", r"\[")):
+        with pytest.raises(plans.PlanError, match=re.escape(message)):
             plans.read_compaction_plan(path)
 
 

@@ -42,9 +42,9 @@ def test_a_plan_split_across_processes_is_the_plan_of_one(tmp_path: Path, monkey
     monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 2)
     split = plans.plan_retention(store, locations, now_ms, processes=3)
     assert split == one
-    assert [(p["partition"], len(p["segments"])) for p in one["partitions"]] == \
+    assert [(p.partition, len(p.segments)) for p in one.partitions] == \
         [(0, 1), (1, 2), (2, 3), (3, 3), (5, 3), (6, 3)]  # hours 0-2 are over 2 h old at T0 + 5 h
-    assert [(e["partition"], "not a regular file" in e["error"]) for e in one["errors"]] == [(4, True)]
+    assert [(e.partition, "not a regular file" in e.error) for e in one.errors] == [(4, True)]
     monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 4)  # 7 partitions: one process, whatever is asked
     assert plans.plan_retention(store, locations, now_ms, processes=3) == one
 

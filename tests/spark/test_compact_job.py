@@ -531,7 +531,7 @@ def test_bad_input_is_refused_before_spark_starts(tmp_path: Path, case: str) -> 
         "missing-log-dir": "does not exist",
         "future-now": "is in the future",
         "wall-before-now": "is before --now-ms",
-        "bad-plan": "lacks topic/partition",
+        "bad-plan": "selected[0]: missing key(s) partition",
         "partition-only": "--partition needs --topic",
     }[case]
     if case == "missing-log-dir":
@@ -541,8 +541,9 @@ def test_bad_input_is_refused_before_spark_starts(tmp_path: Path, case: str) -> 
     elif case == "wall-before-now":
         args += ["--wall-now-ms", str(now_ms - 1)]
     elif case == "bad-plan":
-        (tmp_path / "plan.json").write_text(json.dumps({"version": 1, "kind": "kafkalog-compaction-plan",
-                                                        "now_ms": now_ms, "selected": [{"topic": TOPIC}]}))
+        (tmp_path / "plan.json").write_text(json.dumps({
+            "version": 1, "kind": "kafkalog-compaction-plan", "now_ms": now_ms, "topic": None, "partitions": None,
+            "selected": [{"topic": TOPIC}], "checkpoint_resets": [], "not_selected": [], "errors": []}))
         args = [*args[:2], "--plan", str(tmp_path / "plan.json"), *args[4:]]
     else:
         args += ["--partition", "0"]

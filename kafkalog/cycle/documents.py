@@ -1,0 +1,342 @@
+"""The plan documents a cycle passes between its steps, typed: a retention plan and a compaction plan,
+each a frozen dataclass with a versioned ``to_json`` and a ``from_json`` that refuses what it does not
+know. ``kafkalog retention plan --json`` *is* a retention plan document and ``kafkalog compact --dry-run
+--json`` *is* a compaction plan document; the plan files of a run are the same documents.
+
+Reading is strict: a key a document does not define, a key it needs that is missing, or a value of the
+wrong kind is a ``PlanError`` naming the document, the entry and the key, never a silent default. The
+one key written only when it says something is an error entry's ``locked`` (true when the partition
+was skipped because another process held its lock). The keys the CLI adds around a plan when it
+prints one (``REPORT_KEYS``: the run id, the action, what was applied or cleaned) are known and not
+part of the plan: its output can be given back as a plan file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from kafkalog.errors import KafkaLogError
+
+VERSION = 1
+RETENTION_PLAN_KIND = "kafkalog-retention-plan"
+COMPACTION_PLAN_KIND = "kafkalog-compaction-plan"
+
+Doc = dict[str, Any]
+# What ``kafkalog retention plan|apply --json`` and ``kafkalog compact --json`` print around the plan.
+REPORT_KEYS = {RETENTION_PLAN_KIND: ("run_id", "action", "applied"),
+               COMPACTION_PLAN_KIND: ("run_id", "dry_run", "cleaned")}
+T = TypeVar("T")
+
+
+class PlanError(KafkaLogError):
+    """A plan document is unreadable, of another kind or version, or malformed."""
+
+
+def write_json(path: Path | str, doc: Mapping[str, Any]) -> None:
+    """Write a document atomically (tmp + rename), so a reader never sees half of it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def read_json(path: Path | str) -> Doc:
+    from kafkalog.log.config import read_regular_text
+
+    try:
+        doc = json.loads(read_regular_text(path))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PlanError(f"cannot read {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{path}: expected a JSON object")
+    return doc
+
+
+# --- strict reading ------------------------------------------------------------------------------------
+def _keys(doc: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> Mapping[str, Any]:
+    if not isinstance(doc, dict):
+        raise PlanError(f"{where}: expected an object, not {json.dumps(doc)[:100]}")
+    unknown = sorted(set(doc) - set(required) - set(optional))
+    missing = [key for key in required if key not in doc]
+    if unknown or missing:
+        raise PlanError(f"{where}: " + "; ".join(
+            ([f"unknown key(s) {', '.join(unknown)}"] if unknown else [])
+            + ([f"missing key(s) {', '.join(missing)}"] if missing else [])))
+    return doc
+
+
+def _int(value: Any, where: str, key: str, *, minimum: int | None = None, nullable: bool = False) -> Any:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
+        kind = "an integer" + (f" of {minimum} or more" if minimum is not None else "")
+        raise PlanError(f"{where}: {key} must be {kind}{' or null' if nullable else ''}, not {json.dumps(value)}")
+    return value
+
+
+def _str(value: Any, where: str, key: str, *, nullable: bool = False) -> Any:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise PlanError(f"{where}: {key} must be a string{' or null' if nullable else ''}, not {json.dumps(value)}")
+    return value
+
+
+def _list(value: Any, where: str, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise PlanError(f"{where}: {key} must be a list, not {json.dumps(value)[:100]}")
+    return value
+
+
+def _number(value: Any, where: str, key: str) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise PlanError(f"{where}: {key} must be a number, not {json.dumps(value)}")
+    return float(value)
+
+
+def _bool(value: Any, where: str, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise PlanError(f"{where}: {key} must be true or false, not {json.dumps(value)}")
+    return value
+
+
+def _header(doc: Any, where: str, kind: str) -> None:
+    if not isinstance(doc, dict):
+        raise PlanError(f"{where}: expected a JSON object")
+    if doc.get("kind") != kind or doc.get("version") != VERSION:
+        raise PlanError(f"{where}: not a {kind} version {VERSION} (kind={doc.get('kind')!r}, "
+                        f"version={doc.get('version')!r}); write it with the kafkalog of this version")
+
+
+def _plain(value: Any) -> Any:
+    """A dataclass tree as JSON values (tuples as lists)."""
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- shared entries ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PartitionError:
+    """A partition a step could not handle; ``locked``: only because another process held its lock past
+    the wait (Kafka's cleaner and retention skip such a log this time; a later run does it)."""
+
+    topic: str
+    partition: int
+    error: str
+    locked: bool = False
+
+    def to_json(self) -> Doc:
+        doc: Doc = {"topic": self.topic, "partition": self.partition, "error": self.error}
+        return {**doc, "locked": True} if self.locked else doc
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PartitionError:
+        d = _keys(doc, where, ("topic", "partition", "error"), ("locked",))
+        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
+                   _str(d["error"], where, "error"), _bool(d.get("locked", False), where, "locked"))
+
+
+def _errors(value: Any, where: str) -> tuple[PartitionError, ...]:
+    return tuple(PartitionError.from_json(e, f"{where}[{i}]") for i, e in enumerate(_list(value, where, "errors")))
+
+
+# --- retention -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SegmentDeletion:
+    """A segment retention deletes, and why (``reason``: log-start-offset, retention.bytes, retention.ms)."""
+
+    base_offset: int
+    next_offset: int
+    bytes: int
+    reason: str
+    detail: str
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> SegmentDeletion:
+        d = _keys(doc, where, [f.name for f in fields(cls)])
+        return cls(_int(d["base_offset"], where, "base_offset", minimum=0),
+                   _int(d["next_offset"], where, "next_offset", minimum=0), _int(d["bytes"], where, "bytes", minimum=0),
+                   _str(d["reason"], where, "reason"), _str(d["detail"], where, "detail"))
+
+
+@dataclass(frozen=True)
+class PartitionRetention:
+    """Kafka's ``deleteOldSegments`` decisions for one partition at ``now_ms``."""
+
+    topic: str
+    partition: int
+    log_dir: str
+    now_ms: int
+    segments: tuple[SegmentDeletion, ...]
+    bytes: int
+    roll_first: bool
+    log_start_offset_before: int
+    log_start_offset_after: int
+    blocked_by: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> PartitionRetention:
+        d = _keys(doc, where, [f.name for f in fields(cls)])
+        where = f"{where} ({d.get('topic')}-{d.get('partition')})"
+        segments = tuple(SegmentDeletion.from_json(s, f"{where} segments[{i}]")
+                         for i, s in enumerate(_list(d["segments"], where, "segments")))
+        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
+                   _str(d["log_dir"], where, "log_dir"), _int(d["now_ms"], where, "now_ms", minimum=0), segments,
+                   _int(d["bytes"], where, "bytes", minimum=0), _bool(d["roll_first"], where, "roll_first"),
+                   _int(d["log_start_offset_before"], where, "log_start_offset_before", minimum=0),
+                   _int(d["log_start_offset_after"], where, "log_start_offset_after", minimum=0),
+                   tuple(_str(b, where, "blocked_by") for b in _list(d["blocked_by"], where, "blocked_by")))
+
+
+@dataclass(frozen=True)
+class RetentionPlanDocument:
+    """A retention plan: per partition what ``deleteOldSegments`` deletes at ``now_ms``, for the store of
+    ``log_dirs`` (carried out on another store it would mark that store's files: refused)."""
+
+    KIND: ClassVar[str] = RETENTION_PLAN_KIND
+
+    now_ms: int
+    log_dirs: tuple[str, ...]
+    partitions: tuple[PartitionRetention, ...]
+    errors: tuple[PartitionError, ...]
+
+    def to_json(self) -> Doc:
+        return {"version": VERSION, "kind": self.KIND, "now_ms": self.now_ms, "log_dirs": list(self.log_dirs),
+                "partitions": _plain(self.partitions), "errors": [e.to_json() for e in self.errors]}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "retention plan") -> RetentionPlanDocument:
+        _header(doc, where, cls.KIND)
+        d = _keys(doc, where, ("version", "kind", "now_ms", "log_dirs", "partitions", "errors"), REPORT_KEYS[cls.KIND])
+        log_dirs = tuple(_str(x, where, "log_dirs") for x in _list(d["log_dirs"], where, "log_dirs"))
+        partitions = tuple(PartitionRetention.from_json(p, f"{where}: partitions[{i}]")
+                           for i, p in enumerate(_list(d["partitions"], where, "partitions")))
+        return cls(_int(d["now_ms"], where, "now_ms", minimum=0), log_dirs, partitions,
+                   _errors(d["errors"], f"{where}: errors"))
+
+    @property
+    def due(self) -> tuple[PartitionRetention, ...]:
+        """The partitions with something to delete."""
+        return tuple(p for p in self.partitions if p.segments)
+
+
+# --- compaction ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompactionTarget:
+    """A log the cleaner cleans: its cleanable range ``[first_dirty_offset, first_uncleanable_offset)``."""
+
+    topic: str
+    partition: int
+    log_dir: str
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    cleanable_bytes: int
+    total_bytes: int
+    dirty_ratio: float
+    trigger: str | None  # dirty-ratio or max-compaction-lag; None: asked for by name, whatever the ratio
+    limited_by: str  # what sets the first uncleanable offset
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> CompactionTarget:
+        d = _keys(doc, where, [f.name for f in fields(cls)])
+        target = cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
+                     _str(d["log_dir"], where, "log_dir"),
+                     _int(d["first_dirty_offset"], where, "first_dirty_offset", minimum=0),
+                     _int(d["first_uncleanable_offset"], where, "first_uncleanable_offset", minimum=0),
+                     _int(d["cleanable_bytes"], where, "cleanable_bytes", minimum=0),
+                     _int(d["total_bytes"], where, "total_bytes", minimum=0),
+                     _number(d["dirty_ratio"], where, "dirty_ratio"),
+                     _str(d["trigger"], where, "trigger", nullable=True), _str(d["limited_by"], where, "limited_by"))
+        if target.first_uncleanable_offset < target.first_dirty_offset:
+            raise PlanError(f"{where}: {target.topic}-{target.partition} [{target.first_dirty_offset}, "
+                            f"{target.first_uncleanable_offset}) is not a valid range")
+        return target
+
+
+@dataclass(frozen=True)
+class CheckpointResetEntry:
+    """A cleaner-offset-checkpoint entry Kafka rewrites while choosing (spec §8.3)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> CheckpointResetEntry:
+        d = _keys(doc, where, ("topic", "partition", "offset"))
+        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
+                   _int(d["offset"], where, "offset", minimum=0))
+
+
+@dataclass(frozen=True)
+class NotSelected:
+    """A log the cleaner leaves this time, and why."""
+
+    topic: str
+    partition: int
+    kind: str
+    reason: str
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> NotSelected:
+        d = _keys(doc, where, ("topic", "partition", "kind", "reason"))
+        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
+                   _str(d["kind"], where, "kind"), _str(d["reason"], where, "reason"))
+
+
+@dataclass(frozen=True)
+class CompactionPlanDocument:
+    """A compaction plan: what the cleaner cleans at ``now_ms`` (``topic``/``partitions``: asked for by
+    name, whatever the dirty ratio), the checkpoint resets whoever carries it out applies first (whether
+    or not the log is selected), and why the other logs stay."""
+
+    KIND: ClassVar[str] = COMPACTION_PLAN_KIND
+
+    now_ms: int
+    topic: str | None
+    partitions: tuple[int, ...] | None
+    selected: tuple[CompactionTarget, ...]
+    checkpoint_resets: tuple[CheckpointResetEntry, ...]
+    not_selected: tuple[NotSelected, ...]
+    errors: tuple[PartitionError, ...]
+
+    def to_json(self) -> Doc:
+        return {"version": VERSION, "kind": self.KIND, "now_ms": self.now_ms, "topic": self.topic,
+                "partitions": None if self.partitions is None else list(self.partitions),
+                "selected": _plain(self.selected), "checkpoint_resets": _plain(self.checkpoint_resets),
+                "not_selected": _plain(self.not_selected), "errors": [e.to_json() for e in self.errors]}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "compaction plan") -> CompactionPlanDocument:
+        _header(doc, where, cls.KIND)
+        d = _keys(doc, where, ("version", "kind", "now_ms", "topic", "partitions", "selected", "checkpoint_resets",
+                               "not_selected", "errors"), REPORT_KEYS[cls.KIND])
+        partitions = None if d["partitions"] is None else tuple(
+            _int(p, where, "partitions", minimum=0) for p in _list(d["partitions"], where, "partitions"))
+        selected = tuple(CompactionTarget.from_json(s, f"{where}: selected[{i}]")
+                         for i, s in enumerate(_list(d["selected"], where, "selected")))
+        seen: set[tuple[str, int]] = set()
+        for target in selected:
+            if (target.topic, target.partition) in seen:
+                raise PlanError(f"{where}: {target.topic}-{target.partition} is selected twice")
+            seen.add((target.topic, target.partition))
+        resets = tuple(CheckpointResetEntry.from_json(r, f"{where}: checkpoint_resets[{i}]")
+                       for i, r in enumerate(_list(d["checkpoint_resets"], where, "checkpoint_resets")))
+        not_selected = tuple(NotSelected.from_json(n, f"{where}: not_selected[{i}]")
+                             for i, n in enumerate(_list(d["not_selected"], where, "not_selected")))
+        return cls(_int(d["now_ms"], where, "now_ms", minimum=0), _str(d["topic"], where, "topic", nullable=True),
+                   partitions, selected, resets, not_selected, _errors(d["errors"], f"{where}: errors"))
+
+
+def read_document(path: Path | str, cls: type[T]) -> T:
+    """A plan file of ``cls`` (``RetentionPlanDocument`` or ``CompactionPlanDocument``), read strictly."""
+    return cls.from_json(read_json(path), str(path))  # type: ignore[attr-defined, no-any-return]

@@ -7,7 +7,7 @@ segment one small batch with its ``.index`` and ``.timeindex``, then times, warm
 
 * ``find <log dir> -type f`` — the floor: listing every file of the tree;
 * planning retention for every partition in one process (what each of the DAG's ``plan_retention``
-  shards does): snapshot each partition, plan it;
+  shards does): walk each partition's segments as the planner asks;
 * the whole ``kafkalog retention plan --json`` command, Python start-up included (it plans on every
   CPU it may use, ``--processes``).
 
@@ -28,7 +28,7 @@ from benchmarks._machine import describe
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log import names
 from kafkalog.log.index import encode_time_index
-from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
+from kafkalog.log.snapshot import LogDirCheckpoints, RetentionSource
 from kafkalog.log.store import LogStore
 from kafkalog.policy.retention import plan_retention
 
@@ -81,9 +81,8 @@ def time_plan(root: Path, now_ms: int) -> tuple[float, int]:
     deletable = 0
     for location in store.partitions():
         tp = location.topic_partition
-        snapshot = snapshot_log(root, tp.topic, tp.partition, store.log_config(tp.topic), checkpoints,
-                                now_ms=now_ms)
-        deletable += len(plan_retention(snapshot, now_ms).segments)
+        with RetentionSource(root, tp.topic, tp.partition, store.log_config(tp.topic), checkpoints) as source:
+            deletable += len(plan_retention(source, now_ms).segments)
     return time.perf_counter() - started, deletable
 
 

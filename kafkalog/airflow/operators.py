@@ -40,6 +40,7 @@ from kafkalog.cycle.steps import (
     failure_message,
     file_delete_wait,
     format_ms,
+    load_settings,
     permanent_error,
     run_dir_for,
     summarize,
@@ -343,8 +344,8 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
         from kafkalog.cycle.spark import submit_settings
         from kafkalog.errors import KafkaLogError
 
-        settings = cycle_settings(context)
         directory = run_dir(context)
+        settings = load_settings(directory)  # what the run's first task wrote: its clock, dirs and broker file
         self._conn_id = self.spark_conn_id_given or store_of(context).spark_conn_id
         report = compaction_report_path(directory)
         report.unlink(missing_ok=True)  # a report here is this attempt's

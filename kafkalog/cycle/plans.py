@@ -76,7 +76,7 @@ def check_plan_store(store: Any, plan: RetentionPlanDocument) -> None:
 
 def _plan_retention_share(store: Any, locations: Sequence[Any], *,
                           now_ms: int) -> tuple[list[PartitionRetention], list[PartitionError]]:
-    from kafkalog.log.snapshot import LogDirCheckpoints, snapshot_log
+    from kafkalog.log.snapshot import LogDirCheckpoints, RetentionSource
     from kafkalog.policy.retention import plan_retention as plan_one
 
     checkpoints: dict[Path, LogDirCheckpoints] = {}
@@ -87,9 +87,9 @@ def _plan_retention_share(store: Any, locations: Sequence[Any], *,
         if location.log_dir not in checkpoints:
             checkpoints[location.log_dir] = LogDirCheckpoints.read(location.log_dir)
         try:
-            snapshot = snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
-                                    checkpoints[location.log_dir], now_ms=now_ms)
-            plan = plan_one(snapshot, now_ms, broker=store.broker)
+            with RetentionSource(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                                 checkpoints[location.log_dir]) as source:
+                plan = plan_one(source, now_ms, broker=store.broker)
         except (KafkaLogError, OSError) as exc:
             errors.append(PartitionError(tp.topic, tp.partition, str(exc)))
             continue

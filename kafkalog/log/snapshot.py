@@ -1,9 +1,12 @@
-"""Immutable snapshots of partition logs, the input of every pure planner.
+"""What the pure planners read of partition logs: immutable snapshots, and the lazy segment source
+retention planning walks.
 
-Taking a snapshot is cheap on purpose (retention scans every partition every cycle): one ``scandir``
-per partition, a ``stat`` per segment, the last entry of each time index, and a short read at the
-tail of the active segment for the log end offset. A retention snapshot reads less still: only what
-the planner at its clock can look at (``snapshot_log(now_ms=...)``). No segment data is decoded.
+Taking a snapshot is cheap on purpose: one ``scandir`` per partition, a ``stat`` per segment, the last
+entry of each time index, and a short read at the tail of the active segment for the log end offset.
+Retention, which scans every partition every cycle, reads less still: ``RetentionSource`` lists the
+segments and reads each one's size, largest timestamp and the log end offset only when the planner
+asks, once (as Kafka's ``deletableSegments(predicate)`` walks the segments and stops at the first it
+keeps). Neither decides anything. No segment data is decoded.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import stat as stat_module
 import struct
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -29,7 +31,7 @@ _TIME_ENTRY = struct.Struct(">qi")
 _INDEX_ENTRY = struct.Struct(">ii")
 _ENVELOPE = struct.Struct(">qi")
 MAX_LONG = (1 << 63) - 1
-NOT_READ = -2  # max_timestamp_ms of a segment whose time index the snapshot did not need to read
+UNSET = -2  # the compaction-only fields of a segment of a snapshot not taken for compaction
 
 
 class SegmentSnapshot(NamedTuple):  # a tuple: retention builds one per segment of every partition, each cycle
@@ -38,16 +40,14 @@ class SegmentSnapshot(NamedTuple):  # a tuple: retention builds one per segment 
     size_bytes: int
     max_timestamp_ms: int  # the time index's last entry, -1 when the index has none
     mtime_ms: int  # the .log file's modification time
-    # Read only by compaction snapshots (NOT_READ otherwise):
-    first_batch_timestamp_ms: int = -2  # the first batch's max timestamp; MAX_LONG when empty
-    offset_index_bytes: int = -2  # entries x 8 of the offset index (trimmed size)
-    time_index_bytes: int = -2  # entries x 12 of the time index
+    # Read only by compaction snapshots (UNSET otherwise):
+    first_batch_timestamp_ms: int = UNSET  # the first batch's max timestamp; MAX_LONG when empty
+    offset_index_bytes: int = UNSET  # entries x 8 of the offset index (trimmed size)
+    time_index_bytes: int = UNSET  # entries x 12 of the time index
 
     @property
     def largest_timestamp_ms(self) -> int:
         """What time retention compares (``LogSegment.largestTimestamp``): the max timestamp, else mtime."""
-        if self.max_timestamp_ms == NOT_READ:
-            raise KafkaLogError(f"segment {self.base_offset}: time index not read by this snapshot")
         return self.max_timestamp_ms if self.max_timestamp_ms >= 0 else self.mtime_ms
 
     @property
@@ -57,9 +57,7 @@ class SegmentSnapshot(NamedTuple):  # a tuple: retention builds one per segment 
 
 @dataclass(frozen=True, slots=True)
 class LogSnapshot:
-    """A partition as its files say now. A retention snapshot (``snapshot_log(now_ms=...)``) whose walk
-    stopped before the last segment leaves ``log_end_offset`` ``NOT_READ``, and ``high_watermark`` too
-    unless a checkpoint holds it at or below the last segment's base offset: ask ``high_watermark_reaches``."""
+    """A partition as its files say now."""
 
     topic: str
     partition: int
@@ -71,27 +69,17 @@ class LogSnapshot:
     high_watermark: int
     pending_delete_bytes: int
     # Compaction snapshots only: min(first offset of an open transaction but at least the log start
-    # offset, high watermark), and the partition's cleaner-offset-checkpoint entry (None when it has none).
-    last_stable_offset: int = -2
+    # offset, high watermark) (None: not a compaction snapshot), and the partition's
+    # cleaner-offset-checkpoint entry (None when it has none).
+    last_stable_offset: int | None = None
     cleaner_checkpoint: int | None = None
 
     @property
     def directory(self) -> Path:
         return self.log_dir / f"{self.topic}-{self.partition}"
 
-    def high_watermark_reaches(self, offset: int) -> bool:
-        """Whether every offset below ``offset`` lies below the high watermark (``highWatermark >= offset``),
-        the condition for deleting a segment that ends at ``offset``."""
-        if self.high_watermark != NOT_READ:
-            return self.high_watermark >= offset
-        if offset > self.segments[-1].base_offset:
-            raise KafkaLogError(f"{self.topic}-{self.partition}: the log end offset was not read by this snapshot")
-        return True  # unread only where it lies at or past the last segment's base offset
-
     @property
     def size_bytes(self) -> int:
-        if any(s.size_bytes == NOT_READ for s in self.segments):
-            raise KafkaLogError(f"{self.topic}-{self.partition}: segment sizes not read by this snapshot")
         return sum(s.size_bytes for s in self.segments)
 
 
@@ -111,16 +99,9 @@ class LogDirCheckpoints:
 
 
 def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
-                 checkpoints: LogDirCheckpoints | None = None, *, now_ms: int | None = None) -> LogSnapshot:
-    """Snapshot one partition directory without changing it.
-
-    Without ``now_ms`` every segment is stat-ed and its time index's last entry read. With it, the
-    snapshot reads only what retention at ``now_ms`` can look at (retention scans every partition
-    every cycle, so this is its hot path): the time-index tails of the oldest segments up to and
-    including the first that has not expired; sizes and mtimes of every segment when
-    ``retention.bytes`` is set, and otherwise only of the segments that may go (or that only their
-    mtime can judge); and the last segment, with the log end offset, only when the walk reaches it.
-    Fields it did not read hold ``NOT_READ``; the retention planner never looks at them.
+                 checkpoints: LogDirCheckpoints | None = None) -> LogSnapshot:
+    """Snapshot one partition directory without changing it: every segment stat-ed, its time index's
+    last entry read, and the log end offset framed from the last segment's tail.
 
     The high watermark is the log end offset (kafkalog's durable end), capped by a Kafka broker's
     ``replication-offset-checkpoint`` where one exists, and never below the log start offset.
@@ -132,18 +113,36 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
     # small file costs.
     dir_fd = _open_partition_dir(directory)
     try:
-        return _snapshot(dir_fd, directory, log_dir, topic, partition, config, checkpoints, now_ms)
+        return _snapshot(dir_fd, directory, log_dir, topic, partition, config, checkpoints)
     finally:
         os.close(dir_fd)
 
 
-def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition: int, config: LogConfig,
-              checkpoints: LogDirCheckpoints, now_ms: int | None) -> LogSnapshot:
+def _listed_segments(dir_fd: int, directory: str) -> tuple[list[str], list[str]]:
+    """The partition's regular files and the 20-digit base offsets of its ``.log`` files, in offset order."""
     listing = _regular_file_names(dir_fd, directory)
-    # The 20-digit base offset of each .log file, and the segment files marked for deletion.
     prefixes = [name[:20] for name in listing if name[20:] == names.LOG_SUFFIX]
     if not all(map(str.isdigit, prefixes)):  # checked apart: a per-name check costs a partition a third more
         prefixes = [prefix for prefix in prefixes if prefix.isdigit()]
+    prefixes.sort()  # same width, so text order is offset order
+    return listing, prefixes
+
+
+def _names_present(listing: list[str]) -> Collection[str]:
+    # Asked once per segment read: scanning a short listing costs less than hashing it, but scanning a
+    # partition of thousands of segments once per segment would grow with the square of its size.
+    return frozenset(listing) if len(listing) > 256 else listing
+
+
+def _high_watermark(log_start_offset: int, log_end_offset: int, checkpointed: int | None) -> int:
+    # Kafka never lets the high watermark fall below the log start offset.
+    capped = log_end_offset if checkpointed is None else min(log_end_offset, checkpointed)
+    return max(log_start_offset, capped)
+
+
+def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition: int, config: LogConfig,
+              checkpoints: LogDirCheckpoints) -> LogSnapshot:
+    listing, prefixes = _listed_segments(dir_fd, directory)
     key = (topic, partition)
     pending_delete = _pending_delete_bytes(dir_fd, listing)
     if not prefixes:
@@ -153,69 +152,119 @@ def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition:
         mtime = os.stat(dir_fd).st_mtime_ns // 1_000_000
         return LogSnapshot(topic, partition, log_dir, config, (SegmentSnapshot(start, start, 0, -1, mtime),),
                            start, start, start, pending_delete)
-    prefixes.sort()  # same width, so text order is offset order
     bases = list(map(int, prefixes))
-    # Asked once per segment read: scanning a short listing costs less than hashing it, but scanning a
-    # partition of thousands of segments once per segment would grow with the square of its size.
-    present: Collection[str] = frozenset(listing) if len(listing) > 256 else listing
+    present = _names_present(listing)
     checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
     log_start_offset = max(checkpointed_start, bases[0])
-    full = now_ms is None
-    time_cutoff = None
-    if not full and config.delete and config.retention_ms >= 0:
-        time_cutoff = now_ms - config.retention_ms  # type: ignore[operator]
-    bytes_pass = config.delete and config.retention_bytes >= 0
-    all_sizes = full or bytes_pass
-    # The retention.ms pass starts wherever the log-start-offset and retention.bytes passes stopped and
-    # walks until the first unexpired segment. Where the bytes pass may stop is the planner's business,
-    # so with retention.bytes set every time index is read; otherwise the walk stops at the first
-    # unexpired segment past the log start offset.
-    all_times = full or (time_cutoff is not None and bytes_pass)
     segments: list[SegmentSnapshot] = []
-    walking = all_times or time_cutoff is not None
     last = len(bases) - 1
-    i = 0
-    while i < last and (all_sizes or walking or bases[i + 1] <= log_start_offset):
-        prefix, below_start = prefixes[i], bases[i + 1] <= log_start_offset
-        max_ts = _largest_timestamp(dir_fd, directory, prefix, bases[i], prefix + names.INDEX_SUFFIX in present) \
-            if walking else NOT_READ
-        expired = time_cutoff is not None and 0 <= max_ts < time_cutoff
-        size = mtime = NOT_READ
-        if all_sizes or below_start or expired or (walking and max_ts < 0):  # it may go, or mtime judges it
-            stat = _regular_stat(dir_fd, directory, prefix + names.LOG_SUFFIX)
-            size, mtime = stat.st_size, stat.st_mtime_ns // 1_000_000
-            expired = expired or (time_cutoff is not None and walking and max_ts < 0 and mtime < time_cutoff)
-        walking = walking and (all_times or below_start or expired)
-        segments.append(SegmentSnapshot(bases[i], bases[i + 1], size, max_ts, mtime))
-        i += 1
-    # Past the walk nothing is read, but for the last segment when the walk reached it (repeat is endless).
-    unread = zip(bases[i:last], bases[i + 1:], *(repeat(NOT_READ),) * _UNREAD_FIELDS, strict=False)
-    segments += map(tuple.__new__, repeat(SegmentSnapshot), unread)  # skips the generated __new__: it is slow
-    hw_checkpoint = checkpoints.high_watermarks.get(key)
-    if i < last and checkpointed_start <= bases[last]:
-        # The planner stops before the last segment, so the log end offset is never compared: every
-        # other segment ends at or below the last base, and so below the end. The high watermark is
-        # known without it only where the checkpoint holds it at or below the last base.
-        segments.append(SegmentSnapshot(bases[last], NOT_READ, NOT_READ, NOT_READ, NOT_READ))
-        high_watermark = max(log_start_offset, hw_checkpoint) if hw_checkpoint is not None \
-            and hw_checkpoint <= bases[last] else NOT_READ
-        return LogSnapshot(topic, partition, log_dir, config, tuple(segments), log_start_offset, NOT_READ,
-                           high_watermark, pending_delete)
+    for i in range(last):
+        prefix = prefixes[i]
+        max_ts = _largest_timestamp(dir_fd, directory, prefix, bases[i], prefix + names.INDEX_SUFFIX in present)
+        stat = _regular_stat(dir_fd, directory, prefix + names.LOG_SUFFIX)
+        segments.append(SegmentSnapshot(bases[i], bases[i + 1], stat.st_size, max_ts, stat.st_mtime_ns // 1_000_000))
     last_tail = _frame_log_tail(dir_fd, directory, prefixes[last], bases[last])
     log_end_offset = _log_end_offset(last_tail, directory, bases[last])
     checkpoint.check_log_start_offset(directory, checkpointed_start, log_end_offset)
-    size, mtime = last_tail.log_size, last_tail.log_mtime_ms
+    size = last_tail.log_size
     max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last],
-                                prefixes[last] + names.INDEX_SUFFIX in present, size) if walking else NOT_READ
-    segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, mtime))
-    # Kafka never lets the high watermark fall below the log start offset.
-    capped = log_end_offset if hw_checkpoint is None else min(log_end_offset, hw_checkpoint)
-    high_watermark = max(log_start_offset, capped)
+                                prefixes[last] + names.INDEX_SUFFIX in present, size)
+    segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, last_tail.log_mtime_ms))
     return LogSnapshot(topic, partition, log_dir, config, tuple(segments), log_start_offset, log_end_offset,
-                       high_watermark, pending_delete)
+                       _high_watermark(log_start_offset, log_end_offset, checkpoints.high_watermarks.get(key)),
+                       pending_delete)
 
 
-_UNREAD_FIELDS = len(SegmentSnapshot._fields) - 2  # all but base_offset and next_offset
+class RetentionSource:
+    """One partition's segments as retention planning walks them (``policy.retention.plan_retention``):
+    the listing up front, and each segment's size, largest timestamp and the log end offset read only
+    when the planner asks, each once. It decides nothing: the planner's walk is what is read. Use it as
+    a context manager (it holds the partition directory open)."""
+
+    def __init__(self, log_dir: Path, topic: str, partition: int, config: LogConfig,
+                 checkpoints: LogDirCheckpoints) -> None:
+        self.topic, self.partition, self.log_dir, self.config = topic, partition, log_dir, config
+        self._directory = f"{log_dir}/{topic}-{partition}"
+        self._dir_fd = _open_partition_dir(self._directory)
+        self._stats: dict[int, tuple[int, int]] = {}  # segment index -> (size, mtime ms)
+        self._timestamps: dict[int, int] = {}
+        self._end: int | None = None
+        key = (topic, partition)
+        self._hw_checkpoint = checkpoints.high_watermarks.get(key)
+        try:
+            listing, self._prefixes = _listed_segments(self._dir_fd, self._directory)
+            self._present = _names_present(listing)
+            self._checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
+            if not self._prefixes:  # the loader's empty active segment at the checkpointed log start offset
+                start = self._checkpointed_start
+                self.bases: tuple[int, ...] = (start,)
+                self.log_start_offset = self._end = start
+                self._stats[0] = (0, os.stat(self._dir_fd).st_mtime_ns // 1_000_000)
+                self._timestamps[0] = -1
+            else:
+                self.bases = tuple(map(int, self._prefixes))
+                self.log_start_offset = max(self._checkpointed_start, self.bases[0])
+                if self._checkpointed_start > self.bases[-1]:
+                    self.log_end_offset()  # a checkpointed start past the log's end is refused up front
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    def __enter__(self) -> RetentionSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _stat(self, i: int) -> tuple[int, int]:
+        if i not in self._stats:
+            info = _regular_stat(self._dir_fd, self._directory, self._prefixes[i] + names.LOG_SUFFIX)
+            self._stats[i] = (info.st_size, info.st_mtime_ns // 1_000_000)
+        return self._stats[i]
+
+    def segment_bytes(self, i: int) -> int:
+        return self._stat(i)[0]
+
+    def largest_timestamp(self, i: int) -> tuple[int, str]:
+        """``LogSegment.largestTimestamp`` of segment ``i`` and where it comes from (time-index or mtime)."""
+        if i not in self._timestamps:
+            prefix = self._prefixes[i]
+            self._timestamps[i] = _largest_timestamp(self._dir_fd, self._directory, prefix, self.bases[i],
+                                                     prefix + names.INDEX_SUFFIX in self._present,
+                                                     self._stats[i][0] if i in self._stats else None)
+        max_ts = self._timestamps[i]
+        return (max_ts, "time-index") if max_ts >= 0 else (self._stat(i)[1], "mtime")
+
+    def log_end_offset(self) -> int:
+        if self._end is None:
+            last = len(self.bases) - 1
+            tail = _frame_log_tail(self._dir_fd, self._directory, self._prefixes[last], self.bases[last])
+            end = _log_end_offset(tail, self._directory, self.bases[last])
+            checkpoint.check_log_start_offset(self._directory, self._checkpointed_start, end)
+            self._stats.setdefault(last, (tail.log_size, tail.log_mtime_ms))
+            self._end = end
+        return self._end
+
+    def high_watermark(self) -> int:
+        ckpt = self._hw_checkpoint
+        if ckpt is not None and ckpt <= self.bases[-1]:  # below the log end, whatever it is: no need to read it
+            return max(self.log_start_offset, ckpt)
+        return _high_watermark(self.log_start_offset, self.log_end_offset(), ckpt)
+
+    def high_watermark_reaches(self, offset: int) -> bool:
+        """``highWatermark >= offset``, reading the log end offset only when ``offset`` lies past the last
+        segment's base (below it, the end cannot be what caps the high watermark)."""
+        if offset <= self.bases[-1]:
+            ckpt = self._hw_checkpoint
+            return ckpt is None or ckpt >= offset or self.log_start_offset >= offset
+        return self.high_watermark() >= offset
+
+
 
 
 def _open_partition_dir(directory: Path | str) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kafkalog.log import checkpoint, names, swap
 from kafkalog.log.lock import partition_lock
-from kafkalog.log.snapshot import LogSnapshot, snapshot_log
+from kafkalog.log.snapshot import RetentionSource
 from kafkalog.log.store import LogStore, PartitionLocation
 from kafkalog.maintenance import journal
 from kafkalog.policy.retention import DeletableSegment, RetentionPlan, plan_retention
@@ -55,8 +55,7 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
     loaded in full first, as Kafka's loader would."""
     tp = location.topic_partition
     cut = max((s.base_offset for s in plan.segments), default=None)
-    with partition_lock(location.directory, timeout_s=lock_timeout_s):
-        snapshot = _snapshot(store, location, plan.now_ms)
+    with partition_lock(location.directory, timeout_s=lock_timeout_s), _source(store, location) as snapshot:
         if cut is None:
             return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                    snapshot.log_start_offset, ())
@@ -67,18 +66,19 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
                 store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
                 return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                        snapshot.log_start_offset, ())
-        elif len(todo) < len(snapshot.segments) and (end := store.flushed_log_end(location)) is not None:
+        elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location)) is not None:
             return _mark_flushed(store, location, snapshot, todo, end, run_id)
     return _mark_loaded(store, location, plan, cut, run_id, lock_timeout_s)
 
 
-def _snapshot(store: LogStore, location: PartitionLocation, now_ms: int) -> LogSnapshot:
+def _source(store: LogStore, location: PartitionLocation) -> RetentionSource:
+    """The partition's segments as the planner reads them, read as it asks (a context manager)."""
     tp = location.topic_partition
-    return snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
-                        store.log_dir_checkpoints(location.log_dir), now_ms=now_ms)
+    return RetentionSource(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                           store.log_dir_checkpoints(location.log_dir))
 
 
-def _todo(store: LogStore, snapshot: LogSnapshot, plan: RetentionPlan, cut: int) -> list[DeletableSegment]:
+def _todo(store: LogStore, snapshot: RetentionSource, plan: RetentionPlan, cut: int) -> list[DeletableSegment]:
     """What the plan, made again from ``snapshot`` with its clock, still deletes up to its cut."""
     fresh = plan_retention(snapshot, plan.now_ms, broker=store.broker)
     return [s for s in fresh.segments if s.base_offset <= cut]
@@ -91,12 +91,12 @@ def _epochs_aligned(location: PartitionLocation, log_start_offset: int, log_end_
     return not entries or (entries[0][1] >= log_start_offset and entries[-1][1] < log_end_offset)
 
 
-def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: LogSnapshot,
+def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: RetentionSource,
                   todo: list[DeletableSegment], log_end_offset: int, run_id: str) -> RetentionReport:
     """Mark ``todo``, the oldest segments but not all, of a closed and flushed partition; the caller holds
     its lock. The recovery point stays at the log end, where the flushed log has it."""
     before = snapshot.log_start_offset
-    after = max(before, snapshot.segments[len(todo)].base_offset)
+    after = max(before, snapshot.bases[len(todo)])
     mark_ms = wall_clock_ms()
     store.write_offsets(location, recovery_point=log_end_offset, log_start_offset=after)
     marked = swap.mark_segments_deleted(location.directory, [s.base_offset for s in todo], log_start_offset=after,
@@ -110,7 +110,8 @@ def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPl
     tp = location.topic_partition
     with store.writable_log(location, timeout_s=lock_timeout_s) as log:
         before = log.log_start_offset
-        todo = _todo(store, _snapshot(store, location, plan.now_ms), plan, cut)
+        with _source(store, location) as source:
+            todo = _todo(store, source, plan, cut)
         mark_ms = wall_clock_ms()
         rolled = False
         if todo and len(todo) == len(log.segments):

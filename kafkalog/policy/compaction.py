@@ -18,7 +18,7 @@ from typing import Literal, NamedTuple
 
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log.config import BrokerConfig
-from kafkalog.log.snapshot import NOT_READ, LogSnapshot, SegmentSnapshot
+from kafkalog.log.snapshot import LogSnapshot, SegmentSnapshot
 from kafkalog.policy.log_cleaner import CLEANER_DISABLED, cleaner_disabled_by
 
 MAX_LONG = 2**63 - 1
@@ -116,7 +116,7 @@ def cleanable_range(log: LogSnapshot, now_ms: int) -> CleanableRange:
 
     active_base = segments[-1].base_offset
     # Kafka's last stable offset never lies below the log start offset (nor, then, does the range end).
-    lso = max(log.last_stable_offset, start)
+    lso = max(_last_stable_offset(log), start)
     if lso < log.high_watermark:
         lso_limit: Limit = "open-transaction"
         lso_detail = f"a transaction open since offset {lso} holds the last stable offset there"
@@ -288,10 +288,15 @@ def _segments(log: LogSnapshot) -> tuple[SegmentSnapshot, ...]:
     last stable offset and would silently plan nothing)."""
     if not log.segments:
         raise KafkaLogError(f"{log.topic}-{log.partition}: a log has at least one (active) segment")
-    if log.last_stable_offset == NOT_READ:
+    _last_stable_offset(log)
+    return log.segments
+
+
+def _last_stable_offset(log: LogSnapshot) -> int:
+    if log.last_stable_offset is None:
         raise KafkaLogError(f"{log.topic}-{log.partition}: not a compaction snapshot (no last stable offset); "
                             "take it with snapshot_for_compaction")
-    return log.segments
+    return log.last_stable_offset
 
 
 def _values(segments: Sequence[SegmentSnapshot], start: int, stop: int) -> Sequence[SegmentSnapshot]:

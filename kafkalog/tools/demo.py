@@ -16,7 +16,7 @@ from typing import TextIO
 from kafkalog.errors import LogDirError
 from kafkalog.format.compression import CompressionType
 from kafkalog.log import names
-from kafkalog.log.snapshot import snapshot_log
+from kafkalog.log.snapshot import RetentionSource
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance.compact import compact
 from kafkalog.policy.retention import plan_retention
@@ -75,8 +75,9 @@ def run_demo(directory: Path, out: TextIO) -> int:
     out.write("\n$ kafkalog retention plan --now-ms " + str(now_ms) + "  (retention.ms = 1 h on demo-events)\n")
     for location in store.partitions("demo-events"):
         tp = location.topic_partition
-        plan = plan_retention(snapshot_log(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
-                                           now_ms=now_ms), now_ms, broker=store.broker)
+        with RetentionSource(location.log_dir, tp.topic, tp.partition, store.log_config(tp.topic),
+                             store.log_dir_checkpoints(location.log_dir)) as source:
+            plan = plan_retention(source, now_ms, broker=store.broker)
         out.write(f"  {tp}: {len(plan.segments)} segments ({plan.bytes} bytes) deletable; "
                   f"waiting: {'; '.join(str(b) for b in plan.blocked_by) or '-'}\n")
     result = compact(store, now_ms=now_ms, topic="demo-changelog")

@@ -58,7 +58,7 @@ def test_a_mark_killed_after_its_renames_and_retried_ends_as_one_uninterrupted(t
     store = LogStore([killed])
     location = store.locate("t", 0)
     config = store.log_config("t")
-    plan = plan_retention(snapshot_log(killed, "t", 0, config, store.log_dir_checkpoints(killed), now_ms=now), now,
+    plan = plan_retention(snapshot_log(killed, "t", 0, config, store.log_dir_checkpoints(killed)), now,
                           broker=store.broker)
     epochs = killed / "t-0" / names.LEADER_EPOCH_CHECKPOINT
     before_kill = epochs.read_bytes()

@@ -1,6 +1,7 @@
-"""A retention snapshot (``snapshot_log(now_ms=...)``) reads only what retention at that time can look
-at; the plan over it must be the plan over a full snapshot of the same files, whatever the config,
-the checkpoints and the clock."""
+"""Retention walks a ``RetentionSource``, which reads a segment's size or largest timestamp, or the log
+end offset, only when the planner asks; the plan over it must be the plan over a full snapshot of the
+same files, whatever the config, the checkpoints and the clock, and it reads no more than the walk
+needs."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kafkalog.errors import KafkaLogError, UnknownFileError
 from kafkalog.log import checkpoint, names, snapshot
 from kafkalog.log.config import BrokerConfig, LogConfig
 from kafkalog.log.local_log import LocalLog
-from kafkalog.log.snapshot import NOT_READ, LogDirCheckpoints, snapshot_log
+from kafkalog.log.snapshot import LogDirCheckpoints, RetentionSource, snapshot_log
 from kafkalog.policy.retention import plan_retention
 
 T0 = 1_700_000_000_000
@@ -42,7 +43,7 @@ def build(log_dir: Path, segment_hours: list[int], empty_active: bool) -> None:
        policy=st.sampled_from(["delete", "compact", "compact,delete"]),
        log_start=st.none() | st.integers(0, 24), high_watermark=st.none() | st.integers(0, 24),
        now_hours=st.integers(0, 30))
-def test_a_retention_snapshot_plans_what_a_full_snapshot_plans(
+def test_a_retention_source_plans_what_a_full_snapshot_plans(
         segment_hours: list[int], empty_active: bool, retention_hours: int, retention_bytes: int, policy: str,
         log_start: int | None, high_watermark: int | None, now_hours: int) -> None:
     log_dir = Path(tempfile.mkdtemp())
@@ -59,45 +60,45 @@ def test_a_retention_snapshot_plans_what_a_full_snapshot_plans(
         now_ms = T0 + now_hours * HOUR_MS
         checkpoints = LogDirCheckpoints.read(log_dir)
         log_end = 3 * len(segment_hours)
-        if log_start is not None and log_start > log_end:
-            for now in (None, now_ms):  # refused by both, whatever retention would read
-                with pytest.raises(KafkaLogError, match="log start offset checkpoint"):
-                    snapshot_log(log_dir, "t", 0, config, checkpoints, now_ms=now)
+        if log_start is not None and log_start > log_end:  # refused by both, whatever retention would read
+            with pytest.raises(KafkaLogError, match="log start offset checkpoint"):
+                snapshot_log(log_dir, "t", 0, config, checkpoints)
+            with pytest.raises(KafkaLogError, match="log start offset checkpoint"):
+                RetentionSource(log_dir, "t", 0, config, checkpoints)
             return
         full = snapshot_log(log_dir, "t", 0, config, checkpoints)
-        lean = snapshot_log(log_dir, "t", 0, config, checkpoints, now_ms=now_ms)
         assert full.log_end_offset == log_end
-        assert plan_retention(lean, now_ms) == plan_retention(full, now_ms)
-        assert [s.base_offset for s in lean.segments] == [s.base_offset for s in full.segments]
-        assert lean.log_start_offset == full.log_start_offset
-        if lean.log_end_offset == NOT_READ:  # the walk stopped before the last segment: nothing of it read
-            last = lean.segments[-1]
-            assert (last.size_bytes, last.max_timestamp_ms, last.mtime_ms) == (NOT_READ,) * 3
-            assert lean.high_watermark in (NOT_READ, full.high_watermark)
-        else:
-            assert (lean.log_end_offset, lean.high_watermark) == (full.log_end_offset, full.high_watermark)
+        with RetentionSource(log_dir, "t", 0, config, checkpoints) as lean:
+            assert plan_retention(lean, now_ms) == plan_retention(full, now_ms)
+            assert list(lean.bases) == [s.base_offset for s in full.segments]
+            assert lean.log_start_offset == full.log_start_offset
+            # What the walk did not read is still the snapshot's when asked.
+            assert (lean.high_watermark(), lean.log_end_offset()) == (full.high_watermark, full.log_end_offset)
+            assert [lean.largest_timestamp(i)[0] for i in range(len(lean.bases))] == \
+                [s.largest_timestamp_ms for s in full.segments]
     finally:
         shutil.rmtree(log_dir)
 
 
-def test_a_retention_snapshot_reads_no_log_end_while_the_oldest_segment_is_unexpired(
+def test_the_walk_reads_no_log_end_while_the_oldest_segment_is_unexpired(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build(tmp_path, [0, 1, 2, 3], empty_active=True)
     framed: list[str] = []
-    frame_log_tail = snapshot._frame_log_tail
+    timed: list[str] = []
+    frame_log_tail, largest_timestamp = snapshot._frame_log_tail, snapshot._largest_timestamp
     monkeypatch.setattr(snapshot, "_frame_log_tail", lambda *args: framed.append(args[2]) or frame_log_tail(*args))
+    monkeypatch.setattr(snapshot, "_largest_timestamp",
+                        lambda *args: timed.append(args[2]) or largest_timestamp(*args))
     config = LogConfig.resolve(BrokerConfig.from_properties({}), {"retention.ms": str(2 * HOUR_MS)})
-    lean = snapshot_log(tmp_path, "t", 0, config, now_ms=T0 + 2 * HOUR_MS)
-    assert framed == []
-    assert lean.log_end_offset == NOT_READ
-    assert lean.high_watermark == NOT_READ
-    assert lean.high_watermark_reaches(12)  # the last segment's base: every other segment ends at or below it
-    with pytest.raises(KafkaLogError, match="log end offset was not read"):
-        lean.high_watermark_reaches(13)
-    plan = plan_retention(lean, T0 + 2 * HOUR_MS)
-    assert plan.segments == ()
-    assert [b.kind for b in plan.blocked_by] == ["unlimited", "retention.ms"]
-    assert snapshot_log(tmp_path, "t", 0, config).log_end_offset == 12
+    with RetentionSource(tmp_path, "t", 0, config, LogDirCheckpoints.read(tmp_path)) as lean:
+        plan = plan_retention(lean, T0 + 2 * HOUR_MS)
+        assert plan.segments == ()
+        assert [b.kind for b in plan.blocked_by] == ["unlimited", "retention.ms"]
+        assert (framed, timed) == ([], [f"{0:020d}"])  # the oldest segment's time index, nothing else
+        assert lean.high_watermark_reaches(12)  # the last segment's base: every other segment ends at or below
+        assert framed == []
+        assert not lean.high_watermark_reaches(13) and framed == [f"{12:020d}"]  # past it, the end is read once
+        assert lean.log_end_offset() == 12 and framed == [f"{12:020d}"]
     assert framed == [f"{12:020d}"]
 
 
@@ -114,4 +115,4 @@ def test_a_segment_name_on_anything_but_a_regular_file_is_refused_even_where_ret
         odd.mkdir()
     config = LogConfig.resolve(BrokerConfig.from_properties({}), {"retention.ms": str(2 * HOUR_MS)})
     with pytest.raises(UnknownFileError, match=f"{odd.name}: not a regular file"):
-        snapshot_log(tmp_path, "t", 0, config, now_ms=T0 + 2 * HOUR_MS)
+        RetentionSource(tmp_path, "t", 0, config, LogDirCheckpoints.read(tmp_path))

@@ -505,8 +505,8 @@ def test_negative_limits_are_rejected(kw) -> None:
         select_logs_to_clean([], NOW, **kw)
 
 
-def test_a_retention_snapshot_is_rejected() -> None:
-    log = dataclasses.replace(make_log(twelve(3)), last_stable_offset=-2)
+def test_a_snapshot_not_taken_for_compaction_is_rejected() -> None:
+    log = dataclasses.replace(make_log(twelve(3)), last_stable_offset=None)
     with pytest.raises(KafkaLogError, match="snapshot_for_compaction"):
         log_to_clean(log, NOW)
 

@@ -12,6 +12,7 @@ connection test opens a good store and names what is wrong with a bad one. Scree
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,82 +84,64 @@ def artifacts(tmp_path: Path) -> Path:
 
 def test_log_in_open_the_log_store_and_compact_a_partition_now(airflow: tuple[LocalAirflow, Path], artifacts: Path,
                                                                 tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     instance, store = airflow
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM if CHROMIUM.exists() else
-                                                                    shutil.which("chromium")),
-            headless=True, args=FLAGS, viewport={"width": 1440, "height": 1000})
-        try:
-            page = browser.new_page()
-            page.set_default_timeout(60_000)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with _logged_in(instance, tmp_path / "chromium-profile") as (page, errors):
+        page.get_by_role("button", name="Browse").click()
+        page.get_by_role("menuitem", name="Log store").click()
+        page.wait_for_url("**/plugin/log-store**")
+        frame = page.frame_locator("iframe")
+        rows = frame.locator("#rows tr.row")
+        expect(rows).to_have_count(6)
+        expect(rows.filter(has_text="demo-events-3").locator("td.blocked")).to_have_text(
+            "unlimited: retention.bytes=-1")
+        expect(rows.filter(has_text="demo-changelog-0").locator("td.blocked")).to_contain_text(
+            "policy: cleanup.policy=compact deletes only below the log start offset")
+        expect(frame.locator("#chart-dirty svg rect")).to_have_count(1)
+        page.screenshot(path=str(artifacts / "01-log-store.png"), full_page=True)
 
-            page.goto(f"{instance.url}/auth/login")
-            page.get_by_label("Username").fill("admin")
-            page.get_by_label("Password").fill(instance.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(lambda url: "/auth/login" not in url)
+        frame.locator("#filter-q").fill("changelog")
+        expect(rows).to_have_count(1)
+        frame.locator("#filter-q").fill("")
+        frame.locator("#filter-blocked").select_option("unlimited")
+        expect(rows).to_have_count(5)
+        frame.locator("#filter-blocked").select_option("")
+        expect(rows).to_have_count(6)
 
-            page.get_by_role("button", name="Browse").click()
-            page.get_by_role("menuitem", name="Log store").click()
-            page.wait_for_url("**/plugin/log-store**")
-            frame = page.frame_locator("iframe")
-            rows = frame.locator("#rows tr.row")
-            expect(rows).to_have_count(6)
-            expect(rows.filter(has_text="demo-events-3").locator("td.blocked")).to_have_text(
-                "unlimited: retention.bytes=-1")
-            expect(rows.filter(has_text="demo-changelog-0").locator("td.blocked")).to_contain_text(
-                "policy: cleanup.policy=compact deletes only below the log start offset")
-            expect(frame.locator("#chart-dirty svg rect")).to_have_count(1)
-            page.screenshot(path=str(artifacts / "01-log-store.png"), full_page=True)
+        rows.filter(has_text="demo-changelog-0").locator("a.open").click()
+        expect(frame.locator("#partition-title")).to_have_text("demo-changelog-0")
+        expect(frame.locator("#partition-chart svg rect")).to_have_count(2)  # one bar per segment
+        expect(frame.locator("#segments tr")).to_have_count(3)
+        expect(frame.locator("#compaction-deadline")).to_contain_text("max.compaction.lag.ms")
+        frame.locator("#partition").screenshot(path=str(artifacts / "02-partition.png"))
 
-            frame.locator("#filter-q").fill("changelog")
-            expect(rows).to_have_count(1)
-            frame.locator("#filter-q").fill("")
-            frame.locator("#filter-blocked").select_option("unlimited")
-            expect(rows).to_have_count(5)
-            frame.locator("#filter-blocked").select_option("")
-            expect(rows).to_have_count(6)
+        frame.locator("#compact-now").click()
+        state = frame.locator("#compact-state")
+        expect(state.locator("a")).to_contain_text("kafkalog_compact manual__")
+        run_id = _wait_for_run(instance, page, state, artifacts)
+        run = instance.request("GET", f"/api/v2/dags/kafkalog_compact/dagRuns/{_quote(run_id)}")
+        assert (run["state"], run["triggering_user_name"], run["conf"]["topic"], run["conf"]["partitions"]) == \
+            ("success", "admin", "demo-changelog", [0])
+        journal = frame.locator("#journal")
+        expect(journal).to_contain_text("compact", timeout=30_000)
+        expect(journal.locator("a")).to_have_text(f"kafkalog_compact/{run_id}")
+        expect(state).to_have_attribute("data-state", "success")
+        page.screenshot(path=str(artifacts / "04-after-compaction.png"), full_page=True)
 
-            rows.filter(has_text="demo-changelog-0").locator("a.open").click()
-            expect(frame.locator("#partition-title")).to_have_text("demo-changelog-0")
-            expect(frame.locator("#partition-chart svg rect")).to_have_count(2)  # one bar per segment
-            expect(frame.locator("#segments tr")).to_have_count(3)
-            expect(frame.locator("#compaction-deadline")).to_contain_text("max.compaction.lag.ms")
-            frame.locator("#partition").screenshot(path=str(artifacts / "02-partition.png"))
+        frame.locator("#wi-topic").select_option("demo-events")
+        frame.locator("#wi-retention-ms").fill(str(int(time.time() * 1000) - 1_700_000_000_000 - 1_000_000))
+        frame.get_by_role("button", name="Show what would happen now").click()
+        expect(frame.locator("#what-if-summary")).to_contain_text("Retention would delete")
+        expect(frame.locator("#what-if-table tr")).to_have_count(6)
+        frame.locator("#what-if-result").screenshot(path=str(artifacts / "05-what-if.png"))
 
-            frame.locator("#compact-now").click()
-            state = frame.locator("#compact-state")
-            expect(state.locator("a")).to_contain_text("kafkalog_compact manual__")
-            run_id = _wait_for_run(instance, page, state, artifacts)
-            run = instance.request("GET", f"/api/v2/dags/kafkalog_compact/dagRuns/{_quote(run_id)}")
-            assert (run["state"], run["triggering_user_name"], run["conf"]["topic"], run["conf"]["partitions"]) == \
-                ("success", "admin", "demo-changelog", [0])
-            journal = frame.locator("#journal")
-            expect(journal).to_contain_text("compact", timeout=30_000)
-            expect(journal.locator("a")).to_have_text(f"kafkalog_compact/{run_id}")
-            expect(state).to_have_attribute("data-state", "success")
-            page.screenshot(path=str(artifacts / "04-after-compaction.png"), full_page=True)
-
-            frame.locator("#wi-topic").select_option("demo-events")
-            frame.locator("#wi-retention-ms").fill(str(int(time.time() * 1000) - 1_700_000_000_000 - 1_000_000))
-            frame.get_by_role("button", name="Show what would happen now").click()
-            expect(frame.locator("#what-if-summary")).to_contain_text("Retention would delete")
-            expect(frame.locator("#what-if-table tr")).to_have_count(6)
-            frame.locator("#what-if-result").screenshot(path=str(artifacts / "05-what-if.png"))
-
-            journal.locator("a").click()  # the run's page in Airflow
-            page.wait_for_url("**/dags/kafkalog_compact/runs/**")
-            page.wait_for_timeout(2000)
-            page.screenshot(path=str(artifacts / "06-dag-run.png"), full_page=True)
-            assert errors == [], errors
-            assert (store / "demo-changelog-0").is_dir()
-        finally:
-            browser.close()
+        journal.locator("a").click()  # the run's page in Airflow
+        page.wait_for_url("**/dags/kafkalog_compact/runs/**")
+        page.wait_for_timeout(2000)
+        page.screenshot(path=str(artifacts / "06-dag-run.png"), full_page=True)
+        assert errors == [], errors
+        assert (store / "demo-changelog-0").is_dir()
     assert sorted(p.name for p in artifacts.glob("*.png")) == [
         "01-log-store.png", "02-partition.png", "03-compact-now-running.png", "04-after-compaction.png",
         "05-what-if.png", "06-dag-run.png"]
@@ -166,7 +149,7 @@ def test_log_in_open_the_log_store_and_compact_a_partition_now(airflow: tuple[Lo
 
 def test_the_store_selector_switches_stores_and_the_connection_test_opens_them(
         airflow: tuple[LocalAirflow, Path], tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     instance, store = airflow
     # The connection form: Airflow builds it from the provider's conn-fields.
@@ -186,10 +169,34 @@ def test_the_store_selector_switches_stores_and_the_connection_test_opens_them(
         "connection_id": "probe", "conn_type": "kafkalog", "extra": json.dumps({"log_dir": str(store)})})
     assert odd["status"] is False and "unknown key(s) log_dir" in odd["message"], odd
 
+    with _logged_in(instance, tmp_path / "chromium-profile") as (page, errors):
+        page.goto(f"{instance.url}/plugin/log-store")
+        frame = page.frame_locator("iframe")
+        rows = frame.locator("#rows tr.row")
+        expect(rows).to_have_count(6)
+        picker = frame.locator("#store-select")
+        expect(picker.locator("option")).to_have_text(["default (kafkalog_default)", "cluster-b (store_b)"])
+        picker.select_option("store_b")
+        expect(rows).to_have_count(5)
+        names = sorted(rows.locator("a.open").all_inner_texts())
+        assert names == sorted([f"{EVENTS}-0", f"{EVENTS}-1", f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0"])
+        expect(frame.locator("#store")).to_contain_text("Store store_b")
+        rows.filter(has_text=f"{CHANGELOG}-1").locator("a.open").click()
+        expect(frame.locator("#partition-title")).to_have_text(f"{CHANGELOG}-1")
+        picker.select_option("kafkalog_default")
+        expect(rows).to_have_count(6)
+        expect(rows.filter(has_text="demo-changelog-0")).to_have_count(1)
+        assert errors == [], errors
+
+
+@contextlib.contextmanager
+def _logged_in(instance: LocalAirflow, profile: Path) -> Iterator[tuple[Any, list[str]]]:
+    """A page of a fresh Debian chromium logged in to Airflow as admin, and the page's script errors."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM if CHROMIUM.exists() else
-                                                                    shutil.which("chromium")),
+            str(profile), executable_path=str(CHROMIUM if CHROMIUM.exists() else shutil.which("chromium")),
             headless=True, args=FLAGS, viewport={"width": 1440, "height": 1000})
         try:
             page = browser.new_page()
@@ -201,23 +208,7 @@ def test_the_store_selector_switches_stores_and_the_connection_test_opens_them(
             page.get_by_label("Password").fill(instance.password)
             page.get_by_role("button", name="Sign in").click()
             page.wait_for_url(lambda url: "/auth/login" not in url)
-            page.goto(f"{instance.url}/plugin/log-store")
-            frame = page.frame_locator("iframe")
-            rows = frame.locator("#rows tr.row")
-            expect(rows).to_have_count(6)
-            picker = frame.locator("#store-select")
-            expect(picker.locator("option")).to_have_text(["default (kafkalog_default)", "cluster-b (store_b)"])
-            picker.select_option("store_b")
-            expect(rows).to_have_count(5)
-            names = sorted(rows.locator("a.open").all_inner_texts())
-            assert names == sorted([f"{EVENTS}-0", f"{EVENTS}-1", f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0"])
-            expect(frame.locator("#store")).to_contain_text("Store store_b")
-            rows.filter(has_text=f"{CHANGELOG}-1").locator("a.open").click()
-            expect(frame.locator("#partition-title")).to_have_text(f"{CHANGELOG}-1")
-            picker.select_option("kafkalog_default")
-            expect(rows).to_have_count(6)
-            expect(rows.filter(has_text="demo-changelog-0")).to_have_count(1)
-            assert errors == [], errors
+            yield page, errors
         finally:
             browser.close()
 

@@ -390,10 +390,10 @@ def _mark_dues(run_dir: Path | str) -> list[int]:
     dues: list[int] = []
     for path in sorted((Path(run_dir) / "results").glob("mark_deleted-*.json")):
         mark = read_json(path)
-        if mark.get("newest_mark_ms") is None:
+        if mark["newest_mark_ms"] is None:  # it marked nothing
             continue
-        fallback = int(mark["newest_mark_ms"]) + int(mark["file_delete_delay_ms"])  # a result without due_ms
-        dues += [int(a.get("due_ms", fallback)) for a in mark["applied"] if a.get("marked_files")]
+        # An entry that marked files has its due time; a dry run's entries mark none.
+        dues += [int(a["due_ms"]) for a in mark["applied"] if a.get("marked_files")]
     return dues
 
 
@@ -498,13 +498,19 @@ def summarize(run_dir: Path | str | None) -> Doc:
     found = None if run_dir is None else Path(run_dir)
     results = {} if found is None else {p.stem: read_json(p) for p in sorted((found / "results").glob("*.json"))}
     scan = results.get("scan_partitions", {})
-    shards = [s["shard"] for s in scan.get("shards", [])]
+
+    def value(doc: Doc, key: str, absent: Any) -> Any:
+        """A step result's ``key``; ``absent`` only when the step left no result at all: a key missing
+        from a result it left is an error, never a silent zero."""
+        return doc[key] if doc else absent
+
+    shards = [s["shard"] for s in value(scan, "shards", [])]
     failed: list[Doc] = []
     skipped: list[Doc] = []  # partitions another process held locked: Kafka skips a log in progress too
     missing: list[str] = []
 
     def step_errors(step: str, doc: Doc) -> None:
-        for e in doc.get("errors", []):
+        for e in value(doc, "errors", []):
             (skipped if e.get("locked") else failed).append({"step": step, **{k: v for k, v in e.items()
                                                                               if k != "locked"}})
 
@@ -533,23 +539,26 @@ def summarize(run_dir: Path | str | None) -> Doc:
     selection = results.get("select_logs_to_clean", {})
     step_errors("select_logs_to_clean", selection)
     failed += [{"step": "compact (dry run)", **e, "error": f"the compaction would fail: {e['error']}"}
-               for e in selection.get("would_fail", [])]
+               for e in value(selection, "would_fail", [])]
     deleted = results.get("delete_marked", {})
     step_errors("delete_marked", deleted)
     plan_path = None if found is None else found / "compaction-plan.json"
     plan = plans.read_compaction_plan(plan_path) if plan_path is not None and plan_path.exists() else None
     waiting = {} if found is None else _why_waiting(found, shards, plan)
     return {
-        "run_dir": None if found is None else str(found), "now_ms": scan.get("now_ms"),
-        "dry_run": scan.get("dry_run", False),
-        "partitions": scan.get("partitions", 0), "bytes": scan.get("bytes", 0),
-        "recovered": scan.get("recovered", []), "topic_deletes_finished": scan.get("topic_deletes_finished", []),
+        "run_dir": None if found is None else str(found), "now_ms": value(scan, "now_ms", None),
+        "dry_run": value(scan, "dry_run", False),
+        "partitions": value(scan, "partitions", 0), "bytes": value(scan, "bytes", 0),
+        "recovered": value(scan, "recovered", []),
+        "topic_deletes_finished": value(scan, "topic_deletes_finished", []),
         "retention": {"segments_marked": sum(m["segments"] for m in marks),
                       "bytes_marked": sum(m["bytes"] for m in marks),
                       "partitions": sorted(f"{a['topic']}-{a['partition']}" for m in marks for a in m["applied"])},
-        "deletion": {"files_deleted": deleted.get("deleted_files", 0), "bytes_freed": deleted.get("deleted_bytes", 0),
-                     "dirs_deleted": deleted.get("deleted_dirs", []), "files_waiting": deleted.get("waiting_files", 0),
-                     "next_due_ms": deleted.get("next_due_ms")},
+        "deletion": {"files_deleted": value(deleted, "deleted_files", 0),
+                     "bytes_freed": value(deleted, "deleted_bytes", 0),
+                     "dirs_deleted": value(deleted, "deleted_dirs", []),
+                     "files_waiting": value(deleted, "waiting_files", 0),
+                     "next_due_ms": value(deleted, "next_due_ms", None)},
         "compaction": {"selected": [f"{s.topic}-{s.partition}" for s in (plan.selected if plan else ())],
                        "cleaned": [f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
                                    if p.get("status") == "cleaned"],

@@ -35,6 +35,7 @@ from typing import Any
 
 from kafkalog.cycle import plans
 from kafkalog.cycle.documents import Doc, read_json, write_json
+from kafkalog.cycle.results import MarkResult, ScanResult, SelectResult, ShardPlanResult, SweepResult
 from kafkalog.errors import ConfigError, KafkaLogError, LogDirError, LogLockedError
 
 CYCLE_FILE = "cycle.json"
@@ -196,15 +197,6 @@ def load_settings(run_dir: Path | str) -> CycleSettings:
     return CycleSettings.from_json(read_json(path), str(path))
 
 
-def _result_path(run_dir: Path | str, step: str, shard: int | None = None) -> Path:
-    return Path(run_dir) / "results" / (f"{step}.json" if shard is None else f"{step}-{shard:04d}.json")
-
-
-def _save(run_dir: Path | str, step: str, doc: Doc, shard: int | None = None) -> Doc:
-    write_json(_result_path(run_dir, step, shard), doc)
-    return doc
-
-
 # --- scan --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PartitionInventory:
@@ -278,10 +270,8 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
         write_json(path, {"shard": i, "partitions": [[p.topic, p.partition, p.log_dir] for p in shard]})
         shard_docs.append({"shard": i, "path": str(path), "partitions": len(shard),
                            "bytes": sum(p.size_bytes for p in shard)})
-    result = {"run_dir": str(run_dir), "now_ms": settings.now_ms, "dry_run": settings.dry_run,
-              "partitions": len(inventory), "bytes": sum(p.size_bytes for p in inventory), "shards": shard_docs,
-              "recovered": recovered, "topic_deletes_finished": finished, "errors": errors}
-    _save(run_dir, "scan_partitions", result)
+    result = ScanResult(str(run_dir), settings.now_ms, settings.dry_run, len(inventory),
+                        sum(p.size_bytes for p in inventory), shard_docs, recovered, finished, errors).save(run_dir)
     return {**result, "recovered": recovered[:20], "errors": errors[:20], "error_count": len(errors)}
 
 
@@ -351,11 +341,10 @@ def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
     plan = plans.plan_retention(settings.store(), locations, settings.now_ms)
     path = Path(run_dir) / "retention" / f"plan-{shard:04d}.json"
     write_json(path, plan.to_json())
-    doc = {"shard": shard, "plan": str(path), "partitions": len(locations),
-           "deletable_partitions": len(plan.due), "segments": sum(len(p.segments) for p in plan.partitions),
-           "bytes": sum(p.bytes for p in plan.partitions), "errors": [e.to_json() for e in plan.errors],
-           "topics_read": sorted({loc.topic_partition.topic for loc in locations})}
-    _save(run_dir, "plan_retention", doc, shard)
+    doc = ShardPlanResult(shard, str(path), len(locations), len(plan.due),
+                          sum(len(p.segments) for p in plan.partitions), sum(p.bytes for p in plan.partitions),
+                          [e.to_json() for e in plan.errors],
+                          sorted({loc.topic_partition.topic for loc in locations})).save(run_dir, shard)
     return {**doc, "errors": len(plan.errors)}
 
 
@@ -373,8 +362,7 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: fl
         topic["segments_deleted"] += len(entry["segments"])
         topic["bytes_deleted"] += entry["bytes"]
         topic["log_start_offsets"][str(entry["partition"])] = entry["log_start_offset_after"]
-    doc = {"shard": shard, **applied, "topics": changes}
-    _save(run_dir, "mark_deleted", doc, shard)
+    doc = MarkResult(shard=shard, **applied, topics=changes).save(run_dir, shard)
     return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(applied["errors"])}
 
 
@@ -388,12 +376,12 @@ def file_delete_deadline_ms(run_dir: Path | str) -> int | None:
 def _mark_dues(run_dir: Path | str) -> list[int]:
     """When each partition this run marked is due for deletion (its mark time + its topic's delay)."""
     dues: list[int] = []
-    for path in sorted((Path(run_dir) / "results").glob("mark_deleted-*.json")):
-        mark = read_json(path)
-        if mark["newest_mark_ms"] is None:  # it marked nothing
+    for path in sorted((Path(run_dir) / "results").glob(f"{MarkResult.STEP}-*.json")):
+        mark = MarkResult.from_json(read_json(path), str(path))
+        if mark.newest_mark_ms is None:  # it marked nothing
             continue
         # An entry that marked files has its due time; a dry run's entries mark none.
-        dues += [int(a["due_ms"]) for a in mark["applied"] if a.get("marked_files")]
+        dues += [int(a["due_ms"]) for a in mark.applied if a.get("marked_files")]
     return dues
 
 
@@ -439,11 +427,11 @@ def delete_marked(run_dir: Path | str) -> Doc:
             topic["files_deleted"] += len(p["deleted_files"])
             topic["bytes_freed"] += p["deleted_bytes"]
     due = [d for d in (swept["next_due_ms"], dirs.next_due_ms) if d is not None]
-    doc = {**{k: v for k, v in swept.items() if k != "partitions"}, "next_due_ms": min(due) if due else None,
-           "deleted_dirs": dirs.deleted_dirs, "deleted_dir_bytes": dirs.deleted_bytes,
-           "waiting_dirs": dirs.waiting_dirs, "freed": freed,
-           "errors": swept["errors"] + [{"topic": None, "partition": None, "error": r} for r in dirs.refused]}
-    _save(run_dir, "delete_marked", doc)
+    doc = SweepResult(swept["wall_clock_ms"], swept["dry_run"],
+                      swept["errors"] + [{"topic": None, "partition": None, "error": r} for r in dirs.refused],
+                      swept["deleted_files"], swept["deleted_bytes"], swept["waiting_files"], swept["waiting_bytes"],
+                      min(due) if due else None, list(dirs.deleted_dirs), dirs.deleted_bytes, list(dirs.waiting_dirs),
+                      freed).save(run_dir)
     return {**doc, "errors": len(doc["errors"]), "deleted_dirs": len(dirs.deleted_dirs)}
 
 
@@ -462,12 +450,9 @@ def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
     write_json(path, plan.to_json())
     would_fail = plans.check_compaction_plan(store, plan, wall_now_ms=settings.wall_now_ms) if settings.dry_run else []
     errors = [e.to_json() for e in plan.errors]
-    doc = {"plan": str(path), "selected": len(plan.selected),
-           "cleanable_bytes": sum(s.cleanable_bytes for s in plan.selected),
-           "checkpoint_resets": len(plan.checkpoint_resets), "errors": errors, "would_fail": would_fail,
-           "dry_run": settings.dry_run, "wall_now_ms": settings.wall_now_ms,
-           "topics_read": sorted({s.topic for s in plan.selected})}
-    _save(run_dir, "select_logs_to_clean", doc)
+    doc = SelectResult(str(path), len(plan.selected), sum(s.cleanable_bytes for s in plan.selected),
+                       len(plan.checkpoint_resets), errors, would_fail, settings.dry_run, settings.wall_now_ms,
+                       sorted({s.topic for s in plan.selected})).save(run_dir)
     return {**doc, "errors": len(errors), "would_fail": len(would_fail)}
 
 
@@ -496,36 +481,29 @@ def summarize(run_dir: Path | str | None) -> Doc:
     because another process held it (``skipped``). ``None``: the run dir could not even be found (bad
     log dirs): the empty report, which the failed tasks' errors explain."""
     found = None if run_dir is None else Path(run_dir)
-    results = {} if found is None else {p.stem: read_json(p) for p in sorted((found / "results").glob("*.json"))}
-    scan = results.get("scan_partitions", {})
-
-    def value(doc: Doc, key: str, absent: Any) -> Any:
-        """A step result's ``key``; ``absent`` only when the step left no result at all: a key missing
-        from a result it left is an error, never a silent zero."""
-        return doc[key] if doc else absent
-
-    shards = [s["shard"] for s in value(scan, "shards", [])]
+    scan = None if found is None else ScanResult.load(found)
+    shards = [s["shard"] for s in scan.shards] if scan else []
     failed: list[Doc] = []
     skipped: list[Doc] = []  # partitions another process held locked: Kafka skips a log in progress too
     missing: list[str] = []
 
-    def step_errors(step: str, doc: Doc) -> None:
-        for e in value(doc, "errors", []):
+    def step_errors(step: str, doc: ScanResult | ShardPlanResult | MarkResult | SelectResult | SweepResult | None,
+                    ) -> None:
+        for e in doc.errors if doc else ():
             (skipped if e.get("locked") else failed).append({"step": step, **{k: v for k, v in e.items()
                                                                               if k != "locked"}})
 
-    if scan:
-        step_errors("scan_partitions", scan)
-    marks = []
-    for step in ("plan_retention", "mark_deleted"):
+    step_errors("scan_partitions", scan)
+    marks: list[MarkResult] = []
+    for kind in (ShardPlanResult, MarkResult):
         for shard in shards:
-            doc = results.get(f"{step}-{shard:04d}")
+            doc = kind.load(found, shard) if found is not None else None
             if doc is None:
-                missing.append(f"{step}[{shard}]")
+                missing.append(f"{kind.STEP}[{shard}]")
                 continue
-            if step == "mark_deleted":
+            if isinstance(doc, MarkResult):
                 marks.append(doc)
-            step_errors(step, doc)
+            step_errors(kind.STEP, doc)
     compaction: Doc = {}
     if found is not None and compaction_report_path(found).exists():
         report_path = compaction_report_path(found)
@@ -536,29 +514,30 @@ def summarize(run_dir: Path | str | None) -> Doc:
                     {"step": "compact", "topic": p["topic"], "partition": p["partition"], "error": p.get("error")})
         if compaction.get("status") in ("refused", "spark-failed"):
             failed.append({"step": "compact", "topic": None, "partition": None, "error": compaction.get("error")})
-    selection = results.get("select_logs_to_clean", {})
+    selection = None if found is None else SelectResult.load(found)
     step_errors("select_logs_to_clean", selection)
     failed += [{"step": "compact (dry run)", **e, "error": f"the compaction would fail: {e['error']}"}
-               for e in value(selection, "would_fail", [])]
-    deleted = results.get("delete_marked", {})
+               for e in (selection.would_fail if selection else ())]
+    deleted = None if found is None else SweepResult.load(found)
     step_errors("delete_marked", deleted)
     plan_path = None if found is None else found / "compaction-plan.json"
     plan = plans.read_compaction_plan(plan_path) if plan_path is not None and plan_path.exists() else None
     waiting = {} if found is None else _why_waiting(found, shards, plan)
     return {
-        "run_dir": None if found is None else str(found), "now_ms": value(scan, "now_ms", None),
-        "dry_run": value(scan, "dry_run", False),
-        "partitions": value(scan, "partitions", 0), "bytes": value(scan, "bytes", 0),
-        "recovered": value(scan, "recovered", []),
-        "topic_deletes_finished": value(scan, "topic_deletes_finished", []),
-        "retention": {"segments_marked": sum(m["segments"] for m in marks),
-                      "bytes_marked": sum(m["bytes"] for m in marks),
-                      "partitions": sorted(f"{a['topic']}-{a['partition']}" for m in marks for a in m["applied"])},
-        "deletion": {"files_deleted": value(deleted, "deleted_files", 0),
-                     "bytes_freed": value(deleted, "deleted_bytes", 0),
-                     "dirs_deleted": value(deleted, "deleted_dirs", []),
-                     "files_waiting": value(deleted, "waiting_files", 0),
-                     "next_due_ms": value(deleted, "next_due_ms", None)},
+        # A step that left no result (it never ran) counts nothing: the failed tasks' errors explain why.
+        "run_dir": None if found is None else str(found), "now_ms": scan.now_ms if scan else None,
+        "dry_run": scan.dry_run if scan else False,
+        "partitions": scan.partitions if scan else 0, "bytes": scan.bytes if scan else 0,
+        "recovered": scan.recovered if scan else [],
+        "topic_deletes_finished": scan.topic_deletes_finished if scan else [],
+        "retention": {"segments_marked": sum(m.segments for m in marks),
+                      "bytes_marked": sum(m.bytes for m in marks),
+                      "partitions": sorted(f"{a['topic']}-{a['partition']}" for m in marks for a in m.applied)},
+        "deletion": {"files_deleted": deleted.deleted_files if deleted else 0,
+                     "bytes_freed": deleted.deleted_bytes if deleted else 0,
+                     "dirs_deleted": deleted.deleted_dirs if deleted else [],
+                     "files_waiting": deleted.waiting_files if deleted else 0,
+                     "next_due_ms": deleted.next_due_ms if deleted else None},
         "compaction": {"selected": [f"{s.topic}-{s.partition}" for s in (plan.selected if plan else ())],
                        "cleaned": [f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
                                    if p.get("status") == "cleaned"],

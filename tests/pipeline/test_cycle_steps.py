@@ -68,6 +68,17 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
     lines = steps.format_report(summary)
     assert lines[1].startswith("retention: marked 12 segments")
 
+    # A result read back with a key it does not define (or without one it needs) is an error naming the
+    # file, never a silent zero in the report.
+    swept = run_dir / "results" / "delete_marked.json"
+    doc = json.loads(swept.read_text())
+    doc["deleted_file"] = doc.pop("deleted_files")
+    swept.write_text(json.dumps(doc))
+    with pytest.raises(plans.PlanError, match=re.escape(f"{swept}: not a delete_marked result of this kafkalog "
+                                                        "(version 1; unknown key(s) deleted_file; missing key(s) "
+                                                        "deleted_files)")):
+        steps.summarize(run_dir)
+
 
 def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000) - 60_000

@@ -1,0 +1,132 @@
+"""What each step of a cycle leaves in its run dir (``results/<step>[-<shard>].json``), typed: the report
+(``steps.summarize``) and the file-delete wait read these back. Each is a frozen dataclass whose JSON
+is its fields and a version; reading refuses an unknown or a missing key (``PlanError`` naming the
+file), so a misspelt key is an error, never a silent zero. Entries inside (errors, applied marks,
+shards) keep the JSON shapes the steps document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from kafkalog.cycle.documents import Doc, PlanError, read_json, write_json
+
+VERSION = 1
+R = TypeVar("R", bound="StepResult")
+
+
+class StepResult:
+    """A step's result as saved in the run dir."""
+
+    STEP: ClassVar[str]
+
+    def to_json(self) -> Doc:
+        return {"version": VERSION, **{f.name: getattr(self, f.name) for f in fields(self)}}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_json(cls: type[R], doc: Any, where: str) -> R:
+        if not isinstance(doc, dict):
+            raise PlanError(f"{where}: expected a JSON object")
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(doc) - {"version", *names})
+        missing = [n for n in names if n not in doc]
+        if doc.get("version") != VERSION or unknown or missing:
+            raise PlanError(f"{where}: not a {cls.STEP} result of this kafkalog (version {doc.get('version')!r}"
+                            + (f"; unknown key(s) {', '.join(unknown)}" if unknown else "")
+                            + (f"; missing key(s) {', '.join(missing)}" if missing else "") + ")")
+        return cls(**{n: doc[n] for n in names})
+
+    def save(self, run_dir: Path | str, shard: int | None = None) -> Doc:
+        doc = self.to_json()
+        write_json(result_path(run_dir, self.STEP, shard), doc)
+        return doc
+
+    @classmethod
+    def load(cls: type[R], run_dir: Path | str, shard: int | None = None) -> R | None:
+        """The step's result in ``run_dir``, or None when the step left none."""
+        path = result_path(run_dir, cls.STEP, shard)
+        return cls.from_json(read_json(path), str(path)) if path.exists() else None
+
+
+def result_path(run_dir: Path | str, step: str, shard: int | None = None) -> Path:
+    return Path(run_dir) / "results" / (f"{step}.json" if shard is None else f"{step}-{shard:04d}.json")
+
+
+@dataclass(frozen=True)
+class ScanResult(StepResult):
+    STEP: ClassVar[str] = "scan_partitions"
+
+    run_dir: str
+    now_ms: int
+    dry_run: bool
+    partitions: int
+    bytes: int
+    shards: list[Doc]  # {"shard", "path", "partitions", "bytes"}
+    recovered: list[str]
+    topic_deletes_finished: list[str]
+    errors: list[Doc]  # {"topic", "partition", "error"}; partition null for a topic-wide error
+
+
+@dataclass(frozen=True)
+class ShardPlanResult(StepResult):
+    STEP: ClassVar[str] = "plan_retention"
+
+    shard: int
+    plan: str
+    partitions: int
+    deletable_partitions: int
+    segments: int
+    bytes: int
+    errors: list[Doc]
+    topics_read: list[str]
+
+
+@dataclass(frozen=True)
+class MarkResult(StepResult):
+    STEP: ClassVar[str] = "mark_deleted"
+
+    shard: int
+    now_ms: int
+    dry_run: bool
+    applied: list[Doc]  # per partition: what was marked, and (if it marked files) ``due_ms``
+    errors: list[Doc]  # ``locked``: another process held the partition
+    segments: int
+    bytes: int
+    newest_mark_ms: int | None  # None: nothing marked
+    file_delete_delay_ms: int
+    topics: dict[str, Doc]  # per topic: segments_deleted, bytes_deleted, log_start_offsets
+
+
+@dataclass(frozen=True)
+class SelectResult(StepResult):
+    STEP: ClassVar[str] = "select_logs_to_clean"
+
+    plan: str
+    selected: int
+    cleanable_bytes: int
+    checkpoint_resets: int
+    errors: list[Doc]
+    would_fail: list[Doc]  # a dry run: the partitions the compaction would fail on
+    dry_run: bool
+    wall_now_ms: int | None
+    topics_read: list[str]
+
+
+@dataclass(frozen=True)
+class SweepResult(StepResult):
+    STEP: ClassVar[str] = "delete_marked"
+
+    wall_clock_ms: int
+    dry_run: bool
+    errors: list[Doc]
+    deleted_files: int
+    deleted_bytes: int
+    waiting_files: int
+    waiting_bytes: int
+    next_due_ms: int | None
+    deleted_dirs: list[str]
+    deleted_dir_bytes: int
+    waiting_dirs: list[Any]
+    freed: dict[str, Doc]  # per topic: files_deleted, bytes_freed

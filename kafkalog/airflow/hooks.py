@@ -30,16 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
+from kafkalog.airflow.provider import DEFAULT_CONN_ID, DEFAULT_STORE_NAME, NAME_PATTERN
 from kafkalog.errors import ConfigError
 
 if TYPE_CHECKING:
     from kafkalog.log.store import LogStore
 
 CONN_TYPE = "kafkalog"
-DEFAULT_CONN_ID = "kafkalog_default"
-DEFAULT_STORE_NAME = "default"  # the store name of kafkalog_default (its assets' URIs predate connections)
 DEFAULT_SPARK_CONN_ID = "spark_default"
-STORE_NAME_PATTERN = r"[A-Za-z0-9._-]{1,200}"  # a URI authority and a DAG id suffix alike
 EXTRA_KEYS = ("log_dirs", "config_file", "store_name", "spark_conn_id", "queue")
 
 
@@ -77,7 +75,7 @@ class StoreConnection:
             raise ConfigError(f"{where}: config_file {config_file!r} is not an absolute path")
         default_name = DEFAULT_STORE_NAME if conn_id == DEFAULT_CONN_ID else conn_id
         name = _optional_str(where, extra, "store_name") or default_name
-        if not re.fullmatch(STORE_NAME_PATTERN, name):
+        if not re.fullmatch(NAME_PATTERN, name):
             raise ConfigError(f"{where}: store_name {name!r} must be 1-200 of A-Z a-z 0-9 . _ - (it names the "
                               "store's assets, x-kafkalog://<store>/<topic>)")
         return cls(conn_id, name, log_dirs, config_file,
@@ -86,10 +84,13 @@ class StoreConnection:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> StoreConnection:
-        """``kafkalog_default`` where no connection defines it: the environment's store."""
+        """``kafkalog_default`` where no connection defines it: the environment's store, its variables read
+        as the CLI reads them."""
+        from kafkalog.log.store import configured_broker_file, configured_log_dirs
+
         return cls.from_extra(DEFAULT_CONN_ID, {
-            "log_dirs": environ.get("KAFKALOG_LOG_DIRS", ""),
-            "config_file": environ.get("KAFKALOG_CONFIG") or None,
+            "log_dirs": configured_log_dirs(None, None, environ),
+            "config_file": configured_broker_file(None, environ),
             "store_name": environ.get("KAFKALOG_STORE_NAME") or None})
 
     def resolved_log_dirs(self, log_dirs: tuple[str, ...] | list[str] = (),

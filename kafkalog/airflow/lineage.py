@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kafkalog.airflow.provider import DEFAULT_STORE_NAME
+
 SCHEME = "x-kafkalog"
-DEFAULT_STORE = "default"  # kafkalog_default's store name
 TOPICS_ALIAS = "kafkalog-topics"  # the AssetAlias every topic-changing task emits its events through
 
 
 def namespace(store: str | None) -> str:
-    return f"{SCHEME}://{store or DEFAULT_STORE}"
+    return f"{SCHEME}://{store or DEFAULT_STORE_NAME}"
 
 
 def topic_asset_uri(topic: str, store: str | None) -> str:

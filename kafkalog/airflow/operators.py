@@ -89,15 +89,11 @@ def store_of(context: Mapping[str, Any]) -> StoreConnection:
     return KafkalogHook(context["params"]["store"]).store
 
 
-def _log_dirs(context: Mapping[str, Any]) -> list[str]:
+def _log_dirs(context: Mapping[str, Any], store: StoreConnection) -> list[str]:
     """The run's log dirs: the ``log_dirs`` param, else the store's (its connection's), else ``log.dirs``
     of the broker file (the ``config_file`` param, else the store's)."""
     params = context["params"]
-    return store_of(context).resolved_log_dirs(params["log_dirs"], params.get("config_file"))
-
-
-def _config_file(context: Mapping[str, Any]) -> str | None:
-    return context["params"].get("config_file") or store_of(context).config_file
+    return store.resolved_log_dirs(params["log_dirs"], params.get("config_file"))
 
 
 def cycle_params(store: Param, **extra: Param) -> dict[str, Param]:
@@ -130,12 +126,13 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
     one (scheduled, backfilled, or triggered with a logical date), else ``run_after``; never later
     than the wall clock."""
     params = context["params"]
+    store = store_of(context)  # one lookup of the connection for the whole settings
     logical = context.get("data_interval_end") or context["dag_run"].run_after
     return CycleSettings(
         run_id=f"{context['dag'].dag_id}/{context['run_id']}",
         now_ms=cycle_clock_ms(int(logical.timestamp() * 1000)),
-        log_dirs=tuple(_log_dirs(context)),
-        config_file=_config_file(context),
+        log_dirs=tuple(_log_dirs(context, store)),
+        config_file=params.get("config_file") or store.config_file,
         topics=None if params.get("topics") is None else tuple(params["topics"]),
         dry_run=bool(params.get("dry_run")),
         wall_now_ms=params.get("wall_now_ms"))
@@ -143,7 +140,8 @@ def cycle_settings(context: Mapping[str, Any]) -> CycleSettings:
 
 def run_dir(context: Mapping[str, Any]) -> Path:
     """The run dir of this DAG run (derived, not passed: every task of the run finds the same one)."""
-    return run_dir_for(run_dir_base(), _log_dirs(context), context["dag"].dag_id, context["run_id"])
+    return run_dir_for(run_dir_base(), _log_dirs(context, store_of(context)), context["dag"].dag_id,
+                       context["run_id"])
 
 
 # --- failures: one classification for every task ---------------------------------------------------------

@@ -20,8 +20,10 @@ from kafkalog.errors import ConfigError
 
 SECTION = "kafkalog"
 DEFAULT_CONN_ID = "kafkalog_default"
+DEFAULT_STORE_NAME = "default"  # the store name of kafkalog_default (its assets' URIs predate connections)
 CLEANUP_DAG_ID = "kafkalog_cleanup"
-CONN_ID_PATTERN = r"[A-Za-z0-9_.-]{1,200}"  # a conn id that can end a DAG id
+# A conn id that can end a DAG id, and a store name that can be a URI authority: the same characters.
+NAME_PATTERN = r"[A-Za-z0-9._-]{1,200}"
 
 
 def _option(description: str, default: str, example: str | None = None, type_: str = "string") -> dict[str, Any]:
@@ -96,7 +98,7 @@ def configured_stores() -> list[str]:
     for conn_id in (s.strip() for s in option("stores", DEFAULT_CONN_ID).split(",")):
         if not conn_id:
             continue
-        if not re.fullmatch(CONN_ID_PATTERN, conn_id):
+        if not re.fullmatch(NAME_PATTERN, conn_id):
             raise ConfigError(f"[kafkalog] stores: connection id {conn_id!r} must be 1-200 of A-Z a-z 0-9 _ . - "
                               "(it ends its cleanup DAG's id)")
         if conn_id not in stores:

@@ -106,6 +106,19 @@ def _bool(value: Any, where: str, key: str) -> bool:
     return value
 
 
+def check_version_and_keys(doc: Any, where: str, what: str, names: Sequence[str], version: int = VERSION) -> None:
+    """A flat document written as ``{"version": version, <names>...}``: ``PlanError`` naming ``what`` it
+    should be, the version found, and each unknown and missing key."""
+    if not isinstance(doc, dict):
+        raise PlanError(f"{where}: expected a JSON object")
+    unknown = sorted(set(doc) - {"version", *names})
+    missing = [n for n in names if n not in doc]
+    if doc.get("version") != version or unknown or missing:
+        raise PlanError(f"{where}: not {what} of this kafkalog (version {doc.get('version')!r}"
+                        + (f"; unknown key(s) {', '.join(unknown)}" if unknown else "")
+                        + (f"; missing key(s) {', '.join(missing)}" if missing else "") + ")")
+
+
 def _header(doc: Any, where: str, kind: str) -> None:
     if not isinstance(doc, dict):
         raise PlanError(f"{where}: expected a JSON object")

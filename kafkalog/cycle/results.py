@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from kafkalog.cycle.documents import Doc, PlanError, read_json, write_json
+from kafkalog.cycle.documents import Doc, check_version_and_keys, read_json, write_json
 
 VERSION = 1
 R = TypeVar("R", bound="StepResult")
@@ -27,15 +27,8 @@ class StepResult:
 
     @classmethod
     def from_json(cls: type[R], doc: Any, where: str) -> R:
-        if not isinstance(doc, dict):
-            raise PlanError(f"{where}: expected a JSON object")
         names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-        unknown = sorted(set(doc) - {"version", *names})
-        missing = [n for n in names if n not in doc]
-        if doc.get("version") != VERSION or unknown or missing:
-            raise PlanError(f"{where}: not a {cls.STEP} result of this kafkalog (version {doc.get('version')!r}"
-                            + (f"; unknown key(s) {', '.join(unknown)}" if unknown else "")
-                            + (f"; missing key(s) {', '.join(missing)}" if missing else "") + ")")
+        check_version_and_keys(doc, where, f"a {cls.STEP} result", names, VERSION)
         return cls(**{n: doc[n] for n in names})
 
     def save(self, run_dir: Path | str, shard: int | None = None) -> Doc:

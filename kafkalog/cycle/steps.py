@@ -118,14 +118,9 @@ class CycleSettings:
     @classmethod
     def from_json(cls, doc: Doc, where: str = "cycle.json") -> CycleSettings:
         """Strictly: every key, none unknown, each of its kind (a misspelt key is an error, not a default)."""
-        from kafkalog.cycle.documents import PlanError
+        from kafkalog.cycle.documents import PlanError, check_version_and_keys
 
-        names = [f.name for f in fields(cls)]
-        unknown, missing = sorted(set(doc) - {"version", *names}), [n for n in names if n not in doc]
-        if doc.get("version") != 1 or unknown or missing:
-            raise PlanError(f"{where}: not the cycle settings of this kafkalog (version {doc.get('version')!r}"
-                            + (f"; unknown key(s) {', '.join(unknown)}" if unknown else "")
-                            + (f"; missing key(s) {', '.join(missing)}" if missing else "") + ")")
+        check_version_and_keys(doc, where, "the cycle settings", [f.name for f in fields(cls)], 1)
         kinds: dict[str, type | tuple[type, ...]] = {
                  "run_id": str, "now_ms": int, "log_dirs": list, "config_file": (str, type(None)),
                  "topics": (list, type(None)), "dry_run": bool, "wall_now_ms": (int, type(None))}

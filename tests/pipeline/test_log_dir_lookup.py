@@ -9,7 +9,7 @@ import pytest
 from conftest import run_cli
 
 from kafkalog.airflow.log_store_view import StoreSpec
-from kafkalog.airflow.operators import _log_dirs
+from kafkalog.airflow.operators import _log_dirs, store_of
 from kafkalog.log.config import BrokerConfig
 from kafkalog.log.store import configured_broker_file, configured_log_dirs
 
@@ -48,9 +48,9 @@ def test_each_driver_finds_the_same_dirs(tmp_path: Path, monkeypatch: pytest.Mon
     assert sorted(p.name for d in (a, b) for p in d.iterdir() if p.is_dir()) == ["t-0", "t-1"]
     assert not any(p.name.startswith(" ") for p in Path.cwd().iterdir())
     assert StoreSpec.of("kafkalog_default").log_dirs == (str(a), str(b))
-    assert _log_dirs(DEFAULT_STORE_RUN) == [str(a), str(b)]
+    assert _log_dirs(DEFAULT_STORE_RUN, store_of(DEFAULT_STORE_RUN)) == [str(a), str(b)]
     monkeypatch.delenv("KAFKALOG_LOG_DIRS")  # now the broker file's log.dirs, for every driver
     assert StoreSpec.of("kafkalog_default").log_dirs == (str(a), str(b))
-    assert _log_dirs(DEFAULT_STORE_RUN) == [str(a), str(b)]
+    assert _log_dirs(DEFAULT_STORE_RUN, store_of(DEFAULT_STORE_RUN)) == [str(a), str(b)]
     described = run_cli("topics", "describe", "--topic", "t")
     assert described.code == 0 and "t" in described.out, described.err

@@ -90,7 +90,7 @@ class LocalAirflow:
         return f"http://{LOOPBACK}:{self.port}"
 
     def env(self) -> dict[str, str]:
-        from kafkalog.cycle.plans import write_json
+        from kafkalog.cycle.documents import write_json
 
         passwords = self.home / "passwords.json"
         if not passwords.exists() or json.loads(passwords.read_text() or "{}") != {"admin": self.password}:
@@ -328,7 +328,8 @@ def _demo_store(directory: Path) -> dict[str, str]:
 
 
 def demo(directory: Path, home: Path) -> int:
-    from kafkalog.cycle.steps import format_report, run_dir_for, summarize
+    from kafkalog.cycle.report import format_report, summarize
+    from kafkalog.cycle.steps import run_dir_for
 
     env = _demo_store(directory)
     print(f"Wrote the demo log dir {directory}; starting Airflow (LocalExecutor, Spark local[2]) in {home} ...")

@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from kafkalog.cycle import plans
+from kafkalog.cycle import compaction, retention
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import shares
 from kafkalog.log.config import BrokerConfig, describe
@@ -371,20 +371,20 @@ def cmd_retention(args: argparse.Namespace) -> int:
     if getattr(args, "plan", None):
         if args.now_ms is not None or args.topic is not None or args.partition is not None:
             raise KafkaLogError("--plan carries its own clock and partitions: drop --now-ms/--topic/--partition")
-        plan = plans.read_retention_plan(args.plan)
+        plan = retention.read_retention_plan(args.plan)
         if plan.now_ms > int(time.time() * 1000):
             raise KafkaLogError(f"{args.plan}: now_ms {plan.now_ms} is in the future")
     else:
         targets = _retention_targets(args, store)
         _progress(args, f"retention {args.action}: planning {len(targets)} partitions")
-        plan = plans.plan_retention(store, targets, _now_ms(args), processes=args.processes)
+        plan = retention.plan_retention(store, targets, _now_ms(args), processes=args.processes)
     now_ms = plan.now_ms
     shown = plan.to_json()
     doc: dict[str, Any] = {"run_id": run_id, "action": args.action, **shown}
     failures = list(shown["errors"])
     if args.action == "apply":
         _progress(args, "retention apply: marking")
-        applied = plans.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
+        applied = retention.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
         doc["applied"] = applied["applied"]
         failures += applied["errors"]
         doc["errors"] = failures
@@ -417,7 +417,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace, store: LogStore, run_id: str) -> int:
     wall = int(time.time() * 1000)
-    doc = plans.sweep(store, _retention_targets(args, store, include_metadata=True), wall_now_ms=wall, run_id=run_id)
+    locations = _retention_targets(args, store, include_metadata=True)
+    doc = retention.sweep(store, locations, wall_now_ms=wall, run_id=run_id)
     if args.json:
         _emit_json({"run_id": run_id, **doc}, sys.stdout)
     else:
@@ -468,10 +469,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
         raise KafkaLogError(f"--wall-now-ms {args.wall_now_ms} is before the cycle's clock {now_ms}")
     run_id = new_run_id()
     _progress(args, "compacting…")
-    plan = plans.plan_compaction(store, now_ms=now_ms, topic=args.topic,
+    plan = compaction.plan_compaction(store, now_ms=now_ms, topic=args.topic,
                                  partitions=None if args.partition is None else [args.partition])
     done = {"cleaned": [], "errors": []} if args.dry_run else \
-        plans.compact_planned(store, plan, run_id=run_id, wall_now_ms=args.wall_now_ms)
+        compaction.compact_planned(store, plan, run_id=run_id, wall_now_ms=args.wall_now_ms)
     _progress_done(args)
     shown = plan.to_json()
     errors = shown["errors"] + done["errors"]

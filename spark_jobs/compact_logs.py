@@ -28,13 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from kafkalog.cycle.plans import (
-    CompactionPlanDocument,
-    apply_checkpoint_resets,
-    plan_compaction,
-    read_compaction_plan,
-    write_json,
-)
+from kafkalog.cycle.compaction import apply_checkpoint_resets, plan_compaction, read_compaction_plan
+from kafkalog.cycle.documents import CompactionPlanDocument, write_json
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log import names
 from kafkalog.log.config import BrokerConfig

@@ -200,7 +200,8 @@ def what_if(store: LogStore, topic: str, changes: Mapping[str, str], now_ms: int
     """Retention and compaction plans for ``topic`` at ``now_ms``, as they are and with ``changes`` applied
     to its overrides. The ``after`` plans equal ``retention plan --topic T --json`` and ``compact --dry-run
     --json`` (its entries for T) on a copy after ``topics alter --topic T --config k=v``."""
-    from kafkalog.cycle import plans
+    from kafkalog.cycle.compaction import plan_compaction
+    from kafkalog.cycle.retention import plan_retention
     from kafkalog.log.config import LogConfig, validate_topic_name, validate_topic_overrides
     from kafkalog.log.store import METADATA_TOPICS
 
@@ -233,12 +234,12 @@ def what_if(store: LogStore, topic: str, changes: Mapping[str, str], now_ms: int
     doc: Row = {"topic": topic, "now_ms": now_ms, "changes": normalised, "partitions": len(locations),
                 "config_before": _what_if_values(store.log_config(topic)),
                 "config_after": _what_if_values(after_config)}
-    retention = {"before": plans.plan_retention(before, locations, now_ms).to_json(),
-                 "after": plans.plan_retention(after, locations, now_ms).to_json()}
+    retention = {"before": plan_retention(before, locations, now_ms).to_json(),
+                 "after": plan_retention(after, locations, now_ms).to_json()}
     doc["retention"] = {**retention, "totals": {k: _retention_totals(v) for k, v in retention.items()}}
     if store.log_config(topic).compact or after_config.compact:
-        compaction = {"before": plans.plan_compaction(before, now_ms=now_ms).to_json(),
-                      "after": plans.plan_compaction(after, now_ms=now_ms).to_json()}
+        compaction = {"before": plan_compaction(before, now_ms=now_ms).to_json(),
+                      "after": plan_compaction(after, now_ms=now_ms).to_json()}
         doc["compaction"] = {**compaction, "totals": {k: _compaction_totals(v) for k, v in compaction.items()}}
     else:
         doc["compaction"] = None

@@ -31,19 +31,16 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from kafkalog.airflow import lineage
 from kafkalog.airflow.hooks import DEFAULT_SPARK_CONN_ID, KafkalogHook, StoreConnection
 from kafkalog.airflow.provider import run_dir_base
+from kafkalog.cycle.report import compaction_changes, compaction_report_path, failure_message, format_report, summarize
 from kafkalog.cycle.steps import (
     CycleSettings,
-    compaction_changes,
-    compaction_report_path,
     cycle_clock_ms,
     describe_error,
-    failure_message,
     file_delete_wait,
     format_ms,
     load_settings,
     permanent_error,
     run_dir_for,
-    summarize,
     wall_clock_ms,
 )
 
@@ -205,7 +202,7 @@ def report_run(context: Mapping[str, Any], *, subject: str, first_task: str, pru
     """The ``report`` task of both DAGs: print the run's report (``prune``: and remove this DAG's old
     run dirs); fail naming each failed partition and task with its cause, and saying whether anything
     was maintained at all (``first_task`` failed: nothing was)."""
-    from kafkalog.cycle.steps import format_report, prune_run_dirs
+    from kafkalog.cycle.steps import prune_run_dirs
 
     try:
         directory: Path | None = run_dir(context)
@@ -222,7 +219,7 @@ def report_run(context: Mapping[str, Any], *, subject: str, first_task: str, pru
     message = failure_message(summary, tasks, subject=subject, started=started)
     if message is not None:
         raise AirflowFailException(message)
-    return summary
+    return summary.to_json()
 
 
 # --- lineage ---------------------------------------------------------------------------------------------
@@ -338,7 +335,7 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
     def _compact(self, context: Context, selection: Mapping[str, Any]) -> Any:
         from airflow.sdk import BaseHook
 
-        from kafkalog.cycle.plans import read_json
+        from kafkalog.cycle.documents import plain, read_json
         from kafkalog.cycle.spark import submit_settings
         from kafkalog.errors import KafkaLogError
 
@@ -374,8 +371,8 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
         for p in doc.get("partitions", []):
             self.log.info("%s-%s: %s%s", p["topic"], p["partition"], p["status"],
                           f" ({p['error']})" if p.get("error") else "")
+        targets = doc.get("plan", {}).get("targets", [])
         result = {"report": str(report), "status": doc.get("status"), "totals": doc.get("totals"),
-                  "topics": compaction_changes(doc), "topics_read": sorted({s["topic"] for s in doc.get("plan", {})
-                                                                            .get("targets", [])})}
+                  "topics": plain(compaction_changes(doc)), "topics_read": sorted({s["topic"] for s in targets})}
         self.emit_topic_events(context, result)
         return result

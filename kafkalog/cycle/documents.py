@@ -127,12 +127,14 @@ def _header(doc: Any, where: str, kind: str) -> None:
                         f"version={doc.get('version')!r}); write it with the kafkalog of this version")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A dataclass tree as JSON values (tuples as lists)."""
     if hasattr(value, "__dataclass_fields__"):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
     return value
 
 
@@ -156,6 +158,11 @@ class PartitionError:
         d = _keys(doc, where, ("topic", "partition", "error"), ("locked",))
         return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
                    _str(d["error"], where, "error"), _bool(d.get("locked", False), where, "locked"))
+
+
+def error_entry(topic: str, partition: int, error: str, *, locked: bool = False) -> Doc:
+    """A partition that failed, as a step's result lists it (``PartitionError``'s JSON)."""
+    return PartitionError(topic, partition, error, locked).to_json()
 
 
 def _errors(value: Any, where: str) -> tuple[PartitionError, ...]:
@@ -224,7 +231,7 @@ class RetentionPlanDocument:
 
     def to_json(self) -> Doc:
         return {"version": VERSION, "kind": self.KIND, "now_ms": self.now_ms, "log_dirs": list(self.log_dirs),
-                "partitions": _plain(self.partitions), "errors": [e.to_json() for e in self.errors]}
+                "partitions": plain(self.partitions), "errors": [e.to_json() for e in self.errors]}
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "retention plan") -> RetentionPlanDocument:
@@ -325,8 +332,8 @@ class CompactionPlanDocument:
     def to_json(self) -> Doc:
         return {"version": VERSION, "kind": self.KIND, "now_ms": self.now_ms, "topic": self.topic,
                 "partitions": None if self.partitions is None else list(self.partitions),
-                "selected": _plain(self.selected), "checkpoint_resets": _plain(self.checkpoint_resets),
-                "not_selected": _plain(self.not_selected), "errors": [e.to_json() for e in self.errors]}
+                "selected": plain(self.selected), "checkpoint_resets": plain(self.checkpoint_resets),
+                "not_selected": plain(self.not_selected), "errors": [e.to_json() for e in self.errors]}
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "compaction plan") -> CompactionPlanDocument:

@@ -1,5 +1,5 @@
 """What each step of a cycle leaves in its run dir (``results/<step>[-<shard>].json``), typed: the report
-(``steps.summarize``) and the file-delete wait read these back. Each is a frozen dataclass whose JSON
+(``report.summarize``) and the file-delete wait read these back. Each is a frozen dataclass whose JSON
 is its fields and a version; reading refuses an unknown or a missing key (``PlanError`` naming the
 file), so a misspelt key is an error, never a silent zero. Entries inside (errors, applied marks,
 shards) keep the JSON shapes the steps document.

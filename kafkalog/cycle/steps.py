@@ -1,9 +1,9 @@
 """One cleanup cycle (Kafka's LogManager and LogCleaner scheduled work) as steps with JSON in and out.
 
 Each step is what one task of the ``kafkalog_cleanup`` DAG runs; the CLI runs the same functions of
-``kafkalog.cycle.plans``. A cycle lives in a *run dir* that every worker sees (beside the log
-dirs by default): ``cycle.json`` (its settings and clock), the shard lists, the retention and
-compaction plans, and each step's result (``results/<step>[-<shard>].json``). Tasks pass only paths
+``kafkalog.cycle.retention`` and ``kafkalog.cycle.compaction``. A cycle lives in a *run dir* that every
+worker sees (beside the log dirs by default): ``cycle.json`` (its settings and clock), the shard lists,
+the retention and compaction plans, and each step's result (``results/<step>[-<shard>].json``). Tasks pass only paths
 and counts; the report reads the results from the run dir. Every step is idempotent, so a retried
 task converges on what one uninterrupted run does:
 
@@ -13,7 +13,7 @@ task converges on what one uninterrupted run does:
   then that plan applied.
 - ``delete_marked``: ``.deleted`` files and ``-delete`` dirs whose ``file.delete.delay.ms`` passed.
 - ``select_logs_to_clean``: the cleaner manager's choice, as a compaction plan.
-- ``summarize``: the cycle's report, with every partition that failed anywhere in it.
+- the report (``kafkalog.cycle.report``): what the cycle did, with every partition that failed anywhere.
 
 The cycle's clock (``now_ms``) is fixed in ``cycle.json`` by the scan and never later than the wall
 clock; grace periods promised to readers run on the wall clock.
@@ -28,13 +28,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from kafkalog.cycle import plans
-from kafkalog.cycle.documents import Doc, read_json, write_json
+from kafkalog.cycle import compaction, retention
+from kafkalog.cycle.documents import Doc, error_entry, read_json, write_json
 from kafkalog.cycle.results import MarkResult, ScanResult, SelectResult, ShardPlanResult, SweepResult
 from kafkalog.errors import ConfigError, KafkaLogError, LogDirError, LogLockedError
 
@@ -242,13 +242,13 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
         if tp.topic in METADATA_TOPICS or (settings.topics is not None and tp.topic not in settings.topics):
             continue
         if location.directory.is_symlink():  # named, never followed (``names.symlinked_partition_dir``)
-            errors.append(plans.error_entry(tp.topic, tp.partition, str(names.symlinked_partition_dir(
+            errors.append(error_entry(tp.topic, tp.partition, str(names.symlinked_partition_dir(
                 location.directory))))
             continue
         try:
             inventory.append(_inventory(location))
         except OSError as exc:
-            errors.append(plans.error_entry(tp.topic, tp.partition, f"cannot list: {exc}"))
+            errors.append(error_entry(tp.topic, tp.partition, f"cannot list: {exc}"))
     recovered: list[str] = []
     for item in inventory:
         if item.leftovers and not settings.dry_run:
@@ -256,7 +256,7 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
                 _resolve_leftovers(store, item)
                 recovered.append(f"{item.topic}-{item.partition}")
             except (KafkaLogError, OSError) as exc:
-                errors.append(plans.error_entry(item.topic, item.partition, f"recovery: {exc}"))
+                errors.append(error_entry(item.topic, item.partition, f"recovery: {exc}"))
     shards = split_into_shards(inventory, shard_bytes=shard_bytes, shard_partitions=shard_partitions,
                                max_shards=max_shards)
     shard_docs = []
@@ -333,7 +333,7 @@ def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
     """Plan ``deleteOldSegments`` for one shard at the cycle's clock; the plan goes to a file."""
     settings = load_settings(run_dir)
     shard, locations = _shard_locations(shard_path)
-    plan = plans.plan_retention(settings.store(), locations, settings.now_ms)
+    plan = retention.plan_retention(settings.store(), locations, settings.now_ms)
     path = Path(run_dir) / "retention" / f"plan-{shard:04d}.json"
     write_json(path, plan.to_json())
     doc = ShardPlanResult(shard, str(path), len(locations), len(plan.due),
@@ -347,9 +347,9 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: fl
     """Apply one shard's retention plan: phase one of the two-phase delete. A partition whose lock
     another process holds past ``lock_timeout_s`` is skipped (and said so); a later cycle marks it."""
     settings = load_settings(run_dir)
-    plan = plans.read_retention_plan(plan_path)
+    plan = retention.read_retention_plan(plan_path)
     shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
-    applied = plans.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
+    applied = retention.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
                                          lock_timeout_s=lock_timeout_s)
     changes: dict[str, Doc] = {}
     for entry in applied["applied"]:
@@ -411,7 +411,7 @@ def delete_marked(run_dir: Path | str) -> Doc:
     wall = wall_clock_ms()
     locations = [loc for loc in store.partitions() if loc.topic_partition.topic not in METADATA_TOPICS
                  and (settings.topics is None or loc.topic_partition.topic in settings.topics)]
-    swept = plans.sweep(store, locations, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run)
+    swept = retention.sweep(store, locations, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run)
     dirs = delete_marked_dirs(store, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run,
                               topics=None if settings.topics is None else frozenset(settings.topics))
     # Not "topics": deleting files no reader sees any more changes no topic's data, so it is no asset event.
@@ -435,189 +435,21 @@ def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
                          partitions: Sequence[int] | None = None) -> Doc:
     """The cleaner manager's choice at the cycle's clock (or, with ``topic``, that topic's cleanable
     ranges whatever their dirty ratio), written as the cycle's compaction plan. A dry run also reads
-    what the compaction would read, as it would (``plans.check_compaction_plan``), and lists the
+    what the compaction would read, as it would (``compaction.check_compaction_plan``), and lists the
     partitions it would fail on (``would_fail``): a dry run tells what the real run would do."""
     settings = load_settings(run_dir)
     store = settings.store()
-    plan = plans.plan_compaction(store, now_ms=settings.now_ms, topic=topic, partitions=partitions,
+    plan = compaction.plan_compaction(store, now_ms=settings.now_ms, topic=topic, partitions=partitions,
                                  among_topics=settings.topics)
     path = Path(run_dir) / "compaction-plan.json"
     write_json(path, plan.to_json())
-    would_fail = plans.check_compaction_plan(store, plan, wall_now_ms=settings.wall_now_ms) if settings.dry_run else []
+    would_fail = compaction.check_compaction_plan(store, plan, wall_now_ms=settings.wall_now_ms) \
+        if settings.dry_run else []
     errors = [e.to_json() for e in plan.errors]
     doc = SelectResult(str(path), len(plan.selected), sum(s.cleanable_bytes for s in plan.selected),
                        len(plan.checkpoint_resets), errors, would_fail, settings.dry_run, settings.wall_now_ms,
                        sorted({s.topic for s in plan.selected})).save(run_dir)
     return {**doc, "errors": len(errors), "would_fail": len(would_fail)}
-
-
-def compaction_report_path(run_dir: Path | str) -> Path:
-    return Path(run_dir) / "compaction-report.json"
-
-
-def compaction_changes(report: Doc) -> dict[str, Doc]:
-    """Per topic, what the Spark job's report says compaction removed."""
-    changes: dict[str, Doc] = {}
-    for p in report.get("partitions", []):
-        if p.get("status") != "cleaned":
-            continue
-        stats = p.get("stats") or {}
-        topic = changes.setdefault(p["topic"], {"partitions_compacted": 0, "records_removed": 0, "bytes_removed": 0})
-        topic["partitions_compacted"] += 1
-        topic["records_removed"] += int(stats.get("records_read", 0)) - int(stats.get("records_written", 0))
-        topic["bytes_removed"] += int(stats.get("bytes_read", 0)) - int(stats.get("bytes_written", 0))
-    return changes
-
-
-# --- report --------------------------------------------------------------------------------------------
-def summarize(run_dir: Path | str | None) -> Doc:
-    """The cycle's report from the results in its run dir: what was deleted and compacted, why the
-    rest waits, every partition that failed anywhere in the cycle (``failed``) and every one skipped
-    because another process held it (``skipped``). ``None``: the run dir could not even be found (bad
-    log dirs): the empty report, which the failed tasks' errors explain."""
-    found = None if run_dir is None else Path(run_dir)
-    scan = None if found is None else ScanResult.load(found)
-    shards = [s["shard"] for s in scan.shards] if scan else []
-    failed: list[Doc] = []
-    skipped: list[Doc] = []  # partitions another process held locked: Kafka skips a log in progress too
-    missing: list[str] = []
-
-    def step_errors(step: str, doc: ScanResult | ShardPlanResult | MarkResult | SelectResult | SweepResult | None,
-                    ) -> None:
-        for e in doc.errors if doc else ():
-            (skipped if e.get("locked") else failed).append({"step": step, **{k: v for k, v in e.items()
-                                                                              if k != "locked"}})
-
-    step_errors("scan_partitions", scan)
-    marks: list[MarkResult] = []
-    for kind in (ShardPlanResult, MarkResult):
-        for shard in shards:
-            doc = kind.load(found, shard) if found is not None else None
-            if doc is None:
-                missing.append(f"{kind.STEP}[{shard}]")
-                continue
-            if isinstance(doc, MarkResult):
-                marks.append(doc)
-            step_errors(kind.STEP, doc)
-    compaction: Doc = {}
-    if found is not None and compaction_report_path(found).exists():
-        report_path = compaction_report_path(found)
-        compaction = read_json(report_path)
-        for p in compaction.get("partitions", []):
-            if not p.get("ok"):
-                (skipped if p.get("status") == "locked" else failed).append(
-                    {"step": "compact", "topic": p["topic"], "partition": p["partition"], "error": p.get("error")})
-        if compaction.get("status") in ("refused", "spark-failed"):
-            failed.append({"step": "compact", "topic": None, "partition": None, "error": compaction.get("error")})
-    selection = None if found is None else SelectResult.load(found)
-    step_errors("select_logs_to_clean", selection)
-    failed += [{"step": "compact (dry run)", **e, "error": f"the compaction would fail: {e['error']}"}
-               for e in (selection.would_fail if selection else ())]
-    deleted = None if found is None else SweepResult.load(found)
-    step_errors("delete_marked", deleted)
-    plan_path = None if found is None else found / "compaction-plan.json"
-    plan = plans.read_compaction_plan(plan_path) if plan_path is not None and plan_path.exists() else None
-    waiting = {} if found is None else _why_waiting(found, shards, plan)
-    return {
-        # A step that left no result (it never ran) counts nothing: the failed tasks' errors explain why.
-        "run_dir": None if found is None else str(found), "now_ms": scan.now_ms if scan else None,
-        "dry_run": scan.dry_run if scan else False,
-        "partitions": scan.partitions if scan else 0, "bytes": scan.bytes if scan else 0,
-        "recovered": scan.recovered if scan else [],
-        "topic_deletes_finished": scan.topic_deletes_finished if scan else [],
-        "retention": {"segments_marked": sum(m.segments for m in marks),
-                      "bytes_marked": sum(m.bytes for m in marks),
-                      "partitions": sorted(f"{a['topic']}-{a['partition']}" for m in marks for a in m.applied)},
-        "deletion": {"files_deleted": deleted.deleted_files if deleted else 0,
-                     "bytes_freed": deleted.deleted_bytes if deleted else 0,
-                     "dirs_deleted": deleted.deleted_dirs if deleted else [],
-                     "files_waiting": deleted.waiting_files if deleted else 0,
-                     "next_due_ms": deleted.next_due_ms if deleted else None},
-        "compaction": {"selected": [f"{s.topic}-{s.partition}" for s in (plan.selected if plan else ())],
-                       "cleaned": [f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
-                                   if p.get("status") == "cleaned"],
-                       "topics": compaction_changes(compaction)},
-        "waiting": waiting, "failed": failed, "skipped": skipped, "missing_results": missing,
-    }
-
-
-def _why_waiting(run_dir: Path, shards: Sequence[int],
-                 compaction_plan: plans.CompactionPlanDocument | None) -> dict[str, list[str]]:
-    """Per partition, why retention or compaction did not act on it (the plans' ``blocked_by``)."""
-    waiting: dict[str, list[str]] = {}
-    for shard in shards:
-        path = run_dir / "retention" / f"plan-{shard:04d}.json"
-        if path.exists():
-            for p in plans.read_retention_plan(path).partitions:
-                reasons = [b for b in p.blocked_by if not b.startswith(("unlimited", "policy"))]
-                if reasons:
-                    waiting.setdefault(f"{p.topic}-{p.partition}", []).extend(f"retention {r}" for r in reasons)
-    for n in compaction_plan.not_selected if compaction_plan else ():
-        if n.kind != "policy":
-            waiting.setdefault(f"{n.topic}-{n.partition}", []).append(f"compaction {n.reason}")
-    return dict(sorted(waiting.items()))
-
-
-def format_report(summary: Doc) -> list[str]:
-    """The report as log lines, one per partition where something happened or failed."""
-    lines = [f"cycle at now_ms={summary['now_ms']}{' (dry run: nothing changed)' if summary['dry_run'] else ''}: "
-             f"{summary['partitions']} partitions, {summary['bytes']} bytes"]
-    r, d, c = summary["retention"], summary["deletion"], summary["compaction"]
-    verb = "would mark" if summary["dry_run"] else "marked"
-    lines.append(f"retention: {verb} {r['segments_marked']} segments ({r['bytes_marked']} bytes) deleted in "
-                 f"{len(r['partitions'])} partitions: {', '.join(r['partitions']) or '-'}")
-    due = "" if d["next_due_ms"] is None else \
-        f", the first due at {format_ms(d['next_due_ms'])}: a later cycle deletes them"
-    lines.append(f"deletion: {d['files_deleted']} files ({d['bytes_freed']} bytes) deleted, "
-                 f"{len(d['dirs_deleted'])} deleted-topic dirs removed, {d['files_waiting']} files wait for "
-                 f"file.delete.delay.ms{due}")
-    lines.append(f"compaction: selected {', '.join(c['selected']) or 'nothing'}; "
-                 f"cleaned {', '.join(c['cleaned']) or '-'}")
-    for topic, change in sorted(c["topics"].items()):
-        lines.append(f"  {topic}: {change['records_removed']} records, {change['bytes_removed']} bytes removed "
-                     f"from {change['partitions_compacted']} partitions")
-    for partition, reasons in summary["waiting"].items():
-        lines.append(f"waiting {partition}: {'; '.join(reasons)}")
-    for f in summary.get("skipped", []):
-        lines.append(f"SKIPPED {_where(f)} in {f['step']}: {f['error']}; a later cycle does it")
-    for f in summary["failed"]:
-        lines.append(f"FAILED {_where(f)} in {f['step']}: {f['error']}")
-    for m in summary["missing_results"]:
-        lines.append(f"FAILED task {m} left no result (see its log)")
-    return lines
-
-
-def _where(failure: Mapping[str, Any]) -> str:
-    if failure.get("partition") is not None:
-        return f"{failure['topic']}-{failure['partition']}"
-    return str(failure.get("topic") or "cycle")
-
-
-def failure_message(summary: Doc, tasks: Mapping[str, str | None], *, subject: str, started: bool,
-                    causes_shown: int = 5) -> str | None:
-    """Why a run failed, in one line for the failed ``report`` task (None: it did not fail). ``tasks``:
-    each failed task with its error (None: it could not run because an upstream task failed);
-    ``started``: the run's first task succeeded, so partitions were looked at. Names every failed
-    partition and task, and the causes (the first ``causes_shown``; the report's log has all)."""
-    failed, errors = summary["failed"], {t: e for t, e in tasks.items() if e is not None}
-    if not failed and not tasks:
-        return None
-    if not started:
-        causes = "; ".join(f"{task} failed: {error}" for task, error in errors.items()) or \
-            f"{', '.join(tasks)} did not run"
-        return f"nothing was maintained: {causes}"
-    names = sorted({_where(f) for f in failed})
-    looked_at = summary.get("partitions") or len(summary["compaction"]["selected"])
-    others = " (a dry run: nothing was changed)" if summary.get("dry_run") else \
-        " (the other partitions were maintained)" if len(names) < looked_at else \
-        " (no partition was maintained)" if names else ""
-    causes_list = [f"{_where(f)} in {f['step']}: {f['error']}" for f in failed] + \
-        [f"{task}: {error}" for task, error in errors.items()]
-    causes = "; ".join(causes_list[:causes_shown])
-    if len(causes_list) > causes_shown:
-        causes += f"; and {len(causes_list) - causes_shown} more (see the report above)"
-    return f"{subject} failed in partitions {', '.join(names) or '-'} and tasks {', '.join(tasks) or '-'}" \
-           f"{others}: {causes}"
 
 
 def prune_run_dirs(run_dir: Path | str, *, keep_s: int = KEEP_RUN_DIRS_S, now_s: float | None = None) -> list[str]:

@@ -133,7 +133,7 @@ class ScenarioLog:
         (again whole if they hold more keys than the dedupe buffer's map), one task per group (the
         split round, where groups are written apart from each other), then the driver's commit.
         Returns ``{"cleaned": [{"end_offset": ...}]}`` like the CLI."""
-        from kafkalog.cycle.plans import apply_checkpoint_resets, plan_compaction
+        from kafkalog.cycle.compaction import apply_checkpoint_resets, plan_compaction
         from kafkalog.log.lock import cleaner_lock
         from kafkalog.maintenance import cleaning_tasks as tasks
 

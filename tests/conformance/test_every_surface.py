@@ -27,7 +27,7 @@ import layouts
 import pytest
 from conftest import run_cli
 
-from kafkalog.cycle.plans import read_json
+from kafkalog.cycle.documents import read_json
 from kafkalog.format.batch import ControlType
 from kafkalog.log.store import LogStore
 from tests.pipeline.helpers import dag_test, live_files, migrated_env, require_spark, run_dir

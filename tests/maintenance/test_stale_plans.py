@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, tree_digest
 
-from kafkalog.cycle.plans import CompactionPlanDocument, compact_planned
+from kafkalog.cycle.compaction import compact_planned
+from kafkalog.cycle.documents import CompactionPlanDocument
 from kafkalog.errors import CleanerError, ConfigError
 from kafkalog.format.batch import Record, build_batch
 from kafkalog.log.config import BrokerConfig

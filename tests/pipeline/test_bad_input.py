@@ -6,6 +6,7 @@ its own. The same through Airflow: ``test_bad_input_dags.py``."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import shutil
@@ -16,7 +17,8 @@ import pytest
 from conftest import tree_digest
 from synthetic import CHANGELOG, EVENTS, HOUR_MS, build_store
 
-from kafkalog.cycle import plans, steps
+from kafkalog.cycle import compaction, report, steps
+from kafkalog.cycle.documents import PlanError, write_json
 from kafkalog.cycle.steps import CycleSettings
 from kafkalog.errors import (
     CleanerError,
@@ -128,7 +130,7 @@ def _with_context(exc: BaseException, context: BaseException) -> BaseException:
     (LogDirError("missing"), True),
     (InvalidTopicError("no such topic"), True),
     (CorruptRecordError("crc"), True),
-    (plans.PlanError("not a plan"), True),
+    (PlanError("not a plan"), True),
     (KafkaLogError("has 2 partitions; no partition 7"), True),
     (LogLockedError("locked by another kafkalog process"), False),
     (OSError(errno.EIO, "Input/output error"), False),
@@ -137,7 +139,7 @@ def _with_context(exc: BaseException, context: BaseException) -> BaseException:
     (OSError(errno.ELOOP, "Too many levels of symbolic links"), True),
     (NotADirectoryError(errno.ENOTDIR, "Not a directory"), True),
     (_with_context(ConfigError("cannot read broker config file"), FileNotFoundError(errno.ENOENT, "x")), True),
-    (_with_context(plans.PlanError("cannot read plan"), OSError(errno.EIO, "Input/output error")), False),
+    (_with_context(PlanError("cannot read plan"), OSError(errno.EIO, "Input/output error")), False),
     (_with_context(CleanerError("round aborted"), LogLockedError("locked")), False),
     (RuntimeError("Spark died"), False),
 ])
@@ -146,19 +148,19 @@ def test_one_classification_of_errors(exc: BaseException, permanent: bool) -> No
 
 
 def test_the_report_names_the_cause_and_never_claims_what_was_not_done() -> None:
-    empty = steps.summarize(None)
-    assert steps.failure_message(empty, {}, subject="the cycle", started=True) is None
+    empty = report.summarize(None)
+    assert report.failure_message(empty, {}, subject="the cycle", started=True) is None
     cause = "/etc/k.properties: log.retention.hours=abc: must be a 32-bit integer"
-    assert steps.failure_message(empty, {"scan_partitions": cause, "plan_retention": None, "mark_deleted": None},
+    assert report.failure_message(empty, {"scan_partitions": cause, "plan_retention": None, "mark_deleted": None},
                                  subject="the cycle", started=False) == f"nothing was maintained: scan_partitions " \
                                                                         f"failed: {cause}"
-    failed = {**empty, "partitions": 3, "failed": [
-        {"step": "mark_deleted", "topic": EVENTS, "partition": 1, "error": "corrupt batch"}]}
-    assert steps.failure_message(failed, {"mark_deleted[0]": "disk on fire"}, subject="the cycle", started=True) == \
+    corrupt = report.Failure("mark_deleted", EVENTS, 1, "corrupt batch")
+    failed = dataclasses.replace(empty, partitions=3, failed=(corrupt,))
+    assert report.failure_message(failed, {"mark_deleted[0]": "disk on fire"}, subject="the cycle", started=True) == \
         f"the cycle failed in partitions {EVENTS}-1 and tasks mark_deleted[0] (the other partitions were " \
         f"maintained): {EVENTS}-1 in mark_deleted: corrupt batch; mark_deleted[0]: disk on fire"
-    every = {**failed, "partitions": 1}
-    assert "(no partition was maintained)" in str(steps.failure_message(every, {}, subject="the cycle", started=True))
+    every = dataclasses.replace(failed, partitions=1)
+    assert "(no partition was maintained)" in str(report.failure_message(every, {}, subject="the cycle", started=True))
 
 
 # --- item 9: a long file.delete.delay.ms never holds the cycle open ----------------------------------------
@@ -192,7 +194,7 @@ def test_the_wait_never_outlasts_the_cycles_interval(tmp_path: Path) -> None:
     deleted = steps.delete_marked(run_dir)
     waiting = len(list((logs / "slow-0").glob("*.deleted")))  # two segments' files and a snapshot
     assert not list((logs / "quick-0").glob("*.deleted")) and waiting == deleted["deleted_files"] == 7
-    lines = steps.format_report(steps.summarize(run_dir))
+    lines = report.format_report(report.summarize(run_dir))
     assert lines[2] == f"deletion: 7 files ({deleted['deleted_bytes']} bytes) deleted, 0 deleted-topic dirs " \
                        f"removed, 7 files wait for file.delete.delay.ms, the first due at " \
                        f"{steps.format_ms(deleted['next_due_ms'])}: a later cycle deletes them"
@@ -217,8 +219,8 @@ def test_a_dry_run_fails_the_partition_the_real_compaction_fails_on(tmp_path: Pa
     logs, copy = tmp_path / "logs", tmp_path / "copy"
     corrupt_compacted_store(logs, NOW_MS)
     shutil.copytree(logs, copy)
-    plan = plans.plan_compaction(LogStore([copy]), now_ms=NOW_MS)
-    real = plans.compact_planned(LogStore([copy]), plan, run_id="real")
+    plan = compaction.plan_compaction(LogStore([copy]), now_ms=NOW_MS)
+    real = compaction.compact_planned(LogStore([copy]), plan, run_id="real")
     assert real["cleaned"] == [] and [(e["topic"], e["partition"]) for e in real["errors"]] == [("cl", 0)]
     expected = real["errors"][0]["error"].replace(str(copy), str(logs))
     assert "record is corrupt at byte 0 (offset 0): stored crc = " in expected
@@ -228,10 +230,9 @@ def test_a_dry_run_fails_the_partition_the_real_compaction_fails_on(tmp_path: Pa
     steps.scan_partitions(run_dir, _settings(logs, dry_run=True))
     selected = steps.select_logs_to_clean(run_dir)
     assert (selected["selected"], selected["would_fail"]) == (1, 1)
-    summary = steps.summarize(run_dir)
-    assert summary["failed"] == [{"step": "compact (dry run)", "topic": "cl", "partition": 0,
-                                  "error": f"the compaction would fail: {expected}"}]
-    assert f"FAILED cl-0 in compact (dry run): the compaction would fail: {expected}" in steps.format_report(summary)
+    summary = report.summarize(run_dir)
+    assert summary.failed == (report.Failure("compact (dry run)", "cl", 0, f"the compaction would fail: {expected}"),)
+    assert f"FAILED cl-0 in compact (dry run): the compaction would fail: {expected}" in report.format_report(summary)
     assert tree_digest(logs) == before
 
 
@@ -241,7 +242,7 @@ def test_a_dry_run_over_a_healthy_store_finds_nothing_to_fail(tmp_path: Path) ->
     before = tree_digest(logs)
     run_dir = tmp_path / "run"
     steps.scan_partitions(run_dir, _settings(logs, dry_run=True))
-    assert (steps.select_logs_to_clean(run_dir)["would_fail"], steps.summarize(run_dir)["failed"]) == (0, [])
+    assert (steps.select_logs_to_clean(run_dir)["would_fail"], report.summarize(run_dir).failed) == (0, ())
     assert tree_digest(logs) == before
 
 
@@ -258,24 +259,24 @@ def test_a_partition_held_by_another_process_is_skipped_and_said_so(tmp_path: Pa
         mark = steps.mark_shard(run_dir, planned["plan"], lock_timeout_s=0.2)
     assert mark["errors"] == 1 and mark["topics"][EVENTS]["log_start_offsets"] == {"0": 100}
     assert tree_digest(held) == before
-    summary = steps.summarize(run_dir)
-    assert summary["failed"] == []
-    assert summary["skipped"] == [{"step": "mark_deleted", "topic": EVENTS, "partition": 1,
-                                   "error": f"{held}: locked by another kafkalog process (waited 0.2 s)"}]
+    summary = report.summarize(run_dir)
+    assert summary.failed == ()
+    assert summary.skipped == (report.Failure("mark_deleted", EVENTS, 1,
+                                              f"{held}: locked by another kafkalog process (waited 0.2 s)"),)
     assert f"SKIPPED {EVENTS}-1 in mark_deleted: {held}: locked by another kafkalog process (waited 0.2 s); a later " \
-           "cycle does it" in steps.format_report(summary)
-    assert steps.failure_message(summary, {}, subject="the cycle", started=True) is None
+           "cycle does it" in report.format_report(summary)
+    assert report.failure_message(summary, {}, subject="the cycle", started=True) is None
 
 
 def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> None:
     """The Spark job's report says ``locked`` for a partition whose cleaner lock another process holds."""
     run_dir = tmp_path / "run"
-    plans.write_json(steps.compaction_report_path(run_dir), {"status": "partitions-failed", "partitions": [
+    write_json(report.compaction_report_path(run_dir), {"status": "partitions-failed", "partitions": [
         {"topic": CHANGELOG, "partition": 0, "ok": False, "status": "locked", "error": "x: locked"},
         {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "stats": {}}]})
-    summary = steps.summarize(run_dir)
-    assert summary["failed"] == [] and summary["compaction"]["cleaned"] == [f"{CHANGELOG}-1"]
-    assert summary["skipped"] == [{"step": "compact", "topic": CHANGELOG, "partition": 0, "error": "x: locked"}]
+    summary = report.summarize(run_dir)
+    assert summary.failed == () and summary.compaction.cleaned == (f"{CHANGELOG}-1",)
+    assert summary.skipped == (report.Failure("compact", CHANGELOG, 0, "x: locked"),)
 
 
 def test_a_run_dir_is_a_writable_place_of_its_own(tmp_path: Path) -> None:

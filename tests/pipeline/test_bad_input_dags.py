@@ -25,8 +25,8 @@ from helpers import dag_test, migrated_env, require_spark, run_dir
 from synthetic import CHANGELOG, build_store
 from test_bad_input import _delete_topic, corrupt_compacted_store
 
-from kafkalog.cycle import plans
-from kafkalog.cycle.plans import read_json
+from kafkalog.cycle import compaction
+from kafkalog.cycle.documents import read_json
 from kafkalog.cycle.steps import format_ms
 from kafkalog.log.lock import cleaner_lock
 from kafkalog.log.store import LogStore
@@ -105,7 +105,7 @@ def test_a_dry_run_fails_where_the_real_run_fails(env: dict[str, str], tmp_path:
     log_dir, copy = tmp_path / "logs", tmp_path / "copy"
     corrupt_compacted_store(log_dir, now_ms)
     shutil.copytree(log_dir, copy)
-    real = plans.compact_planned(LogStore([copy]), plans.plan_compaction(LogStore([copy]), now_ms=now_ms),
+    real = compaction.compact_planned(LogStore([copy]), compaction.plan_compaction(LogStore([copy]), now_ms=now_ms),
                                  run_id="real")
     expected = real["errors"][0]["error"].replace(str(copy), str(log_dir))
     before = tree_digest(log_dir)

@@ -27,7 +27,7 @@ from services import HOST, postgres_db, redis_broker  # noqa: F401 - fixtures, u
 from synthetic import CHANGELOG, SESSIONS, build_store
 
 from devtools.airflow_local import LocalAirflow
-from kafkalog.cycle.plans import read_json
+from kafkalog.cycle.documents import read_json
 from kafkalog.cycle.steps import run_dir_for
 from kafkalog.log import names
 from tests.spark.processes import descendants, listening_addresses, standalone_cluster

@@ -23,7 +23,7 @@ from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.airflow import log_store_detail
 from kafkalog.airflow.log_store_inventory import SnapshotMemo, build_inventory
-from kafkalog.cycle import steps
+from kafkalog.cycle import report, steps
 from kafkalog.cycle.steps import CycleSettings
 from kafkalog.errors import ConfigError
 from kafkalog.log.config import BrokerConfig
@@ -149,11 +149,12 @@ def test_a_cycle_neither_compacts_nor_retains_compacted_topics(store: Store) -> 
     assert sorted(t for m in marks for t in m["topics"]) == [EVENTS]
     selected = steps.select_logs_to_clean(run_dir)
     assert (selected["selected"], selected["checkpoint_resets"], selected["errors"]) == (0, 0, 0)
-    summary = steps.summarize(run_dir)
-    assert summary["compaction"]["selected"] == []
-    assert {p: r for p, r in summary["waiting"].items() if p != f"{EVENTS}-0" and p != f"{EVENTS}-1"} == {
-        f"{t}-{p}": [f"retention {NO_RETENTION}", f"compaction {NO_COMPACTION}"] for t, p in COMPACTED}
-    assert f"waiting {SESSIONS}-0: retention {NO_RETENTION}; compaction {NO_COMPACTION}" in steps.format_report(summary)
+    summary = report.summarize(run_dir)
+    assert summary.compaction.selected == ()
+    assert {p: r for p, r in summary.waiting.items() if p != f"{EVENTS}-0" and p != f"{EVENTS}-1"} == {
+        f"{t}-{p}": (f"retention {NO_RETENTION}", f"compaction {NO_COMPACTION}") for t, p in COMPACTED}
+    assert f"waiting {SESSIONS}-0: retention {NO_RETENTION}; compaction {NO_COMPACTION}" in \
+        report.format_report(summary)
     assert store.dirs(*COMPACTED) == compacted
 
     compact_run = store.tmp / "compact-run"  # the kafkalog_compact DAG's plan_compaction step

@@ -11,7 +11,8 @@ import pytest
 from conftest import run_cli, tree_digest
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
-from kafkalog.cycle import plans, steps
+from kafkalog.cycle import compaction, report, steps
+from kafkalog.cycle.documents import PlanError
 from kafkalog.cycle.steps import CycleSettings, PartitionInventory, split_into_shards
 
 
@@ -59,14 +60,25 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
     assert not list(log_dir.rglob("*.deleted"))
     selected = steps.select_logs_to_clean(run_dir)
     assert selected["selected"] == 3 and selected["topics_read"] == [CHANGELOG, SESSIONS]
-    plan = plans.read_compaction_plan(selected["plan"])
+    plan = compaction.read_compaction_plan(selected["plan"])
     assert plan.selected[0].log_dir == str(log_dir.resolve())
     assert {(s.topic, s.partition) for s in plan.selected} == {(CHANGELOG, 0), (CHANGELOG, 1), (SESSIONS, 0)}
-    summary = steps.summarize(run_dir)
-    assert summary["retention"]["segments_marked"] == 12 and summary["failed"] == []
-    assert summary["compaction"]["selected"] == [f"{s.topic}-{s.partition}" for s in plan.selected]
-    lines = steps.format_report(summary)
+    summary = report.summarize(run_dir)
+    assert summary.retention.segments_marked == 12 and summary.failed == ()
+    assert summary.compaction.selected == tuple(f"{s.topic}-{s.partition}" for s in plan.selected)
+    assert summary.deletion.files_deleted == deleted["deleted_files"] and summary.deletion.next_due_ms is None
+    lines = report.format_report(summary)
     assert lines[1].startswith("retention: marked 12 segments")
+    # The report task's XCom: JSON that reads back to the same report, strictly.
+    as_json = json.loads(json.dumps(summary.to_json()))
+    assert report.CycleReport.from_json(as_json) == summary
+    as_json["deletion"]["bytes_free"] = as_json["deletion"].pop("bytes_freed")
+    with pytest.raises(PlanError, match=re.escape("cycle report.deletion: expected the keys files_deleted, "
+                                                  "bytes_freed, dirs_deleted, files_waiting, next_due_ms, not")):
+        report.CycleReport.from_json(as_json)
+    as_json = summary.to_json() | {"partitions": "4"}
+    with pytest.raises(PlanError, match=re.escape("cycle report.partitions: expected int, not '4'")):
+        report.CycleReport.from_json(as_json)
 
     # A result read back with a key it does not define (or without one it needs) is an error naming the
     # file, never a silent zero in the report.
@@ -74,10 +86,10 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
     doc = json.loads(swept.read_text())
     doc["deleted_file"] = doc.pop("deleted_files")
     swept.write_text(json.dumps(doc))
-    with pytest.raises(plans.PlanError, match=re.escape(f"{swept}: not a delete_marked result of this kafkalog "
+    with pytest.raises(PlanError, match=re.escape(f"{swept}: not a delete_marked result of this kafkalog "
                                                         "(version 1; unknown key(s) deleted_file; missing key(s) "
                                                         "deleted_files)")):
-        steps.summarize(run_dir)
+        report.summarize(run_dir)
 
 
 def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_path: Path) -> None:
@@ -139,7 +151,7 @@ def test_compaction_plan_files_are_checked(tmp_path: Path) -> None:
             "selected": [target], "checkpoint_resets": [{"topic": "t", "partition": 1, "offset": 3}],
             "not_selected": [], "errors": []}
     path.write_text(json.dumps(good))
-    read = plans.read_compaction_plan(path)
+    read = compaction.read_compaction_plan(path)
     assert (read.selected[0].topic, read.selected[0].first_uncleanable_offset, read.checkpoint_resets[0].offset) == \
         ("t", 10, 3)
     assert read.to_json() == good  # what is read is what was written, key for key
@@ -157,8 +169,8 @@ def test_compaction_plan_files_are_checked(tmp_path: Path) -> None:
         ({**good, "selected": [{**target, "dirty_ratio": "high"}]}, "dirty_ratio must be a number"),
     ]:
         path.write_text(json.dumps(broken))
-        with pytest.raises(plans.PlanError, match=re.escape(message)):
-            plans.read_compaction_plan(path)
+        with pytest.raises(PlanError, match=re.escape(message)):
+            compaction.read_compaction_plan(path)
 
 
 def test_sweep_by_topic_and_the_cli_compact_refusal(tmp_path: Path) -> None:
@@ -190,4 +202,4 @@ def test_a_symlinked_partition_dir_is_named_by_the_scan_and_never_followed(tmp_p
     for shard in scan["shards"]:
         steps.mark_shard(run_dir, steps.plan_retention_shard(run_dir, shard["path"])["plan"])
     assert tree_digest(outside) == before
-    assert f"{EVENTS}-1" in {f"{f['topic']}-{f['partition']}" for f in steps.summarize(run_dir)["failed"]}
+    assert f"{EVENTS}-1" in {f.where for f in report.summarize(run_dir).failed}

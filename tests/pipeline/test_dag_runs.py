@@ -24,7 +24,7 @@ from conftest import run_cli, tree_digest
 from helpers import dag_test, live_files, migrated_env, require_spark, run_dir
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
-from kafkalog.cycle.plans import read_json
+from kafkalog.cycle.documents import read_json
 from tests.spark.processes import standalone_cluster
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]

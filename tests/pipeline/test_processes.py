@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from kafkalog.cycle import plans
+from kafkalog.cycle import retention
 from kafkalog.log import shares
 from kafkalog.log.store import LogStore
 from kafkalog.tools.status import status_rows
@@ -38,15 +38,15 @@ def test_a_plan_split_across_processes_is_the_plan_of_one(tmp_path: Path, monkey
     os.mkfifo(broken)  # this partition's plan fails: its error must come back from whichever process had it
     locations = store.partitions()
     now_ms = T0 + 5 * HOUR_MS
-    one = plans.plan_retention(store, locations, now_ms)
+    one = retention.plan_retention(store, locations, now_ms)
     monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 2)
-    split = plans.plan_retention(store, locations, now_ms, processes=3)
+    split = retention.plan_retention(store, locations, now_ms, processes=3)
     assert split == one
     assert [(p.partition, len(p.segments)) for p in one.partitions] == \
         [(0, 1), (1, 2), (2, 3), (3, 3), (5, 3), (6, 3)]  # hours 0-2 are over 2 h old at T0 + 5 h
     assert [(e.partition, "not a regular file" in e.error) for e in one.errors] == [(4, True)]
     monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 4)  # 7 partitions: one process, whatever is asked
-    assert plans.plan_retention(store, locations, now_ms, processes=3) == one
+    assert retention.plan_retention(store, locations, now_ms, processes=3) == one
 
 
 def test_marks_split_across_processes_are_the_marks_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,8 +64,8 @@ def test_marks_split_across_processes_are_the_marks_of_one(tmp_path: Path, monke
 
     def apply(log_dir: Path, processes: int) -> list[tuple[object, ...]]:
         store = LogStore([log_dir])
-        plan = plans.plan_retention(store, store.partitions(), now_ms)
-        done = plans.apply_retention_plan(store, plan, run_id="r", processes=processes)
+        plan = retention.plan_retention(store, store.partitions(), now_ms)
+        done = retention.apply_retention_plan(store, plan, run_id="r", processes=processes)
         assert done["errors"] == []
         return [(a["partition"], a["segments"], a["log_start_offset_after"], a["marked_files"])
                 for a in done["applied"]]

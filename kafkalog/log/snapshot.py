@@ -107,15 +107,8 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
     ``replication-offset-checkpoint`` where one exists, and never below the log start offset.
     """
     checkpoints = checkpoints if checkpoints is not None else LogDirCheckpoints.read(log_dir)
-    directory = f"{log_dir}/{topic}-{partition}"
-    # Every file is reached through the directory's descriptor: the kernel resolves one name per
-    # call instead of the whole path, and that path walk is most of what a stat or an open of a
-    # small file costs.
-    dir_fd = _open_partition_dir(directory)
-    try:
-        return _snapshot(dir_fd, directory, log_dir, topic, partition, config, checkpoints)
-    finally:
-        os.close(dir_fd)
+    with RetentionSource(log_dir, topic, partition, config, checkpoints) as source:
+        return source.snapshot()
 
 
 def _listed_segments(dir_fd: int, directory: str) -> tuple[list[str], list[str]]:
@@ -140,46 +133,13 @@ def _high_watermark(log_start_offset: int, log_end_offset: int, checkpointed: in
     return max(log_start_offset, capped)
 
 
-def _snapshot(dir_fd: int, directory: str, log_dir: Path, topic: str, partition: int, config: LogConfig,
-              checkpoints: LogDirCheckpoints) -> LogSnapshot:
-    listing, prefixes = _listed_segments(dir_fd, directory)
-    key = (topic, partition)
-    pending_delete = _pending_delete_bytes(dir_fd, listing)
-    if not prefixes:
-        # Kafka's loader deletes index files without a .log and, finding no segment, creates an empty
-        # active one at the checkpointed log start offset: the log is empty there.
-        start = checkpoints.log_start_offsets.get(key, 0)
-        mtime = os.stat(dir_fd).st_mtime_ns // 1_000_000
-        return LogSnapshot(topic, partition, log_dir, config, (SegmentSnapshot(start, start, 0, -1, mtime),),
-                           start, start, start, pending_delete)
-    bases = list(map(int, prefixes))
-    present = _names_present(listing)
-    checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
-    log_start_offset = max(checkpointed_start, bases[0])
-    segments: list[SegmentSnapshot] = []
-    last = len(bases) - 1
-    for i in range(last):
-        prefix = prefixes[i]
-        max_ts = _largest_timestamp(dir_fd, directory, prefix, bases[i], prefix + names.INDEX_SUFFIX in present)
-        stat = _regular_stat(dir_fd, directory, prefix + names.LOG_SUFFIX)
-        segments.append(SegmentSnapshot(bases[i], bases[i + 1], stat.st_size, max_ts, stat.st_mtime_ns // 1_000_000))
-    last_tail = _frame_log_tail(dir_fd, directory, prefixes[last], bases[last])
-    log_end_offset = _log_end_offset(last_tail, directory, bases[last])
-    checkpoint.check_log_start_offset(directory, checkpointed_start, log_end_offset)
-    size = last_tail.log_size
-    max_ts = _largest_timestamp(dir_fd, directory, prefixes[last], bases[last],
-                                prefixes[last] + names.INDEX_SUFFIX in present, size)
-    segments.append(SegmentSnapshot(bases[last], log_end_offset, size, max_ts, last_tail.log_mtime_ms))
-    return LogSnapshot(topic, partition, log_dir, config, tuple(segments), log_start_offset, log_end_offset,
-                       _high_watermark(log_start_offset, log_end_offset, checkpoints.high_watermarks.get(key)),
-                       pending_delete)
-
-
 class RetentionSource:
     """One partition's segments as retention planning walks them (``policy.retention.plan_retention``):
     the listing up front, and each segment's size, largest timestamp and the log end offset read only
-    when the planner asks, each once. It decides nothing: the planner's walk is what is read. Use it as
-    a context manager (it holds the partition directory open)."""
+    when the planner asks, each once (``snapshot`` reads them all). It decides nothing: the planner's
+    walk is what is read. Use it as a context manager: it holds the partition directory open, and
+    every file is reached through that descriptor (the kernel resolves one name per call instead of
+    the whole path, which is most of what a stat or an open of a small file costs)."""
 
     def __init__(self, log_dir: Path, topic: str, partition: int, config: LogConfig,
                  checkpoints: LogDirCheckpoints) -> None:
@@ -192,8 +152,8 @@ class RetentionSource:
         key = (topic, partition)
         self._hw_checkpoint = checkpoints.high_watermarks.get(key)
         try:
-            listing, self._prefixes = _listed_segments(self._dir_fd, self._directory)
-            self._present = _names_present(listing)
+            self._listing, self._prefixes = _listed_segments(self._dir_fd, self._directory)
+            self._present = _names_present(self._listing)
             self._checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
             if not self._prefixes:  # the loader's empty active segment at the checkpointed log start offset
                 start = self._checkpointed_start
@@ -255,6 +215,19 @@ class RetentionSource:
         if ckpt is not None and ckpt <= self.bases[-1]:  # below the log end, whatever it is: no need to read it
             return max(self.log_start_offset, ckpt)
         return _high_watermark(self.log_start_offset, self.log_end_offset(), ckpt)
+
+    def snapshot(self) -> LogSnapshot:
+        """Every segment read: the partition as its files say now."""
+        for i in range(len(self.bases) - 1):  # in offset order, the last segment's tail after them
+            self.largest_timestamp(i)
+            self._stat(i)
+        end = self.log_end_offset()
+        self.largest_timestamp(len(self.bases) - 1)
+        nexts = (*self.bases[1:], end)
+        segments = tuple(SegmentSnapshot(base, nexts[i], self._stats[i][0], self._timestamps[i], self._stats[i][1])
+                         for i, base in enumerate(self.bases))
+        return LogSnapshot(self.topic, self.partition, self.log_dir, self.config, segments, self.log_start_offset,
+                           end, self.high_watermark(), _pending_delete_bytes(self._dir_fd, self._listing))
 
     def high_watermark_reaches(self, offset: int) -> bool:
         """``highWatermark >= offset``, reading the log end offset only when ``offset`` lies past the last

@@ -34,7 +34,8 @@ from helpers import REPO, live_files, require_spark
 from synthetic import CHANGELOG, EVENTS, HOUR_MS, SESSIONS, build_store
 
 from devtools.airflow_local import LocalAirflow
-from kafkalog.cycle.steps import run_dir_for, summarize
+from kafkalog.cycle.report import summarize
+from kafkalog.cycle.steps import run_dir_for
 from kafkalog.log import checkpoint, names
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.store import LogStore
@@ -149,8 +150,8 @@ def test_a_cycle_defers_its_wait_and_frees_the_slot_for_other_tasks(airflow: Loc
     assert states["compact"] == "success" and states["mark_deleted[0]"] == "success", states
     assert doomed and not doomed & _segment_files(store)  # every segment retention took is gone from disk
     summary = summarize(_run_dir(airflow, CLEANUP, run_id))
-    assert summary["compaction"]["cleaned"] == [f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0"]
-    assert summary["failed"] == []
+    assert summary.compaction.cleaned == (f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0")
+    assert summary.failed == ()
 
 
 def _segment_files(store: Path) -> set[tuple[str, int, int]]:
@@ -277,8 +278,8 @@ def test_a_corrupt_partition_fails_the_report_and_a_rerun_after_recover_succeeds
     states = airflow.task_states(CLEANUP, run_id)
     assert states["report"] == "failed" and states["mark_deleted[0]"] == "success", states
     summary = summarize(_run_dir(airflow, CLEANUP, run_id))
-    assert [(f["step"], f["topic"], f["partition"]) for f in summary["failed"]] == [("mark_deleted", EVENTS, 1)]
-    assert "corrupt batch" in summary["failed"][0]["error"]
+    assert [(f.step, f.topic, f.partition) for f in summary.failed] == [("mark_deleted", EVENTS, 1)]
+    assert "corrupt batch" in str(summary.failed[0].error)
     log_text = _task_log(airflow, run_id, "report")
     assert f"{EVENTS}-1" in log_text and "the other partitions were maintained" in log_text
     assert not (store / f"{EVENTS}-0" / "00000000000000000000.log").exists()  # the others were maintained

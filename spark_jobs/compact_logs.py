@@ -30,6 +30,7 @@ from typing import IO, Any, NoReturn
 
 from kafkalog.cycle.compaction import apply_checkpoint_resets, plan_compaction, read_compaction_plan
 from kafkalog.cycle.documents import CompactionPlanDocument, write_json
+from kafkalog.cycle.results import JOB_REPORT_VERSION
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log import names
 from kafkalog.log.config import BrokerConfig
@@ -41,7 +42,6 @@ from kafkalog.policy.log_cleaner import require_cleaner
 # cleaning_tasks is imported where used: numba, which comes with it, reads NUMBA_CACHE_DIR (set by `run`) then.
 
 EXIT_OK, EXIT_REFUSED, EXIT_PARTITIONS_FAILED = 0, 1, 2
-REPORT_VERSION = 2
 LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
@@ -735,7 +735,7 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     args = parse_args(argv)
-    doc: Doc = {"version": REPORT_VERSION, "status": "refused", "started_at": t0, "timings": {},
+    doc: Doc = {"version": JOB_REPORT_VERSION, "status": "refused", "started_at": t0, "timings": {},
                 "partitions": [], "totals": totals([])}
     code, report = EXIT_REFUSED, None
     try:

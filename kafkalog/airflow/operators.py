@@ -31,7 +31,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from kafkalog.airflow import lineage
 from kafkalog.airflow.hooks import DEFAULT_SPARK_CONN_ID, KafkalogHook, StoreConnection
 from kafkalog.airflow.provider import run_dir_base
-from kafkalog.cycle.report import compaction_changes, compaction_report_path, failure_message, format_report, summarize
+from kafkalog.cycle.report import compaction_changes, failure_message, format_report, summarize
+from kafkalog.cycle.results import CompactionJobReport, compaction_report_path
 from kafkalog.cycle.steps import (
     CycleSettings,
     cycle_clock_ms,
@@ -335,7 +336,7 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
     def _compact(self, context: Context, selection: Mapping[str, Any]) -> Any:
         from airflow.sdk import BaseHook
 
-        from kafkalog.cycle.documents import plain, read_json
+        from kafkalog.cycle.documents import plain
         from kafkalog.cycle.spark import submit_settings
         from kafkalog.errors import KafkaLogError
 
@@ -363,16 +364,16 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException:
-            doc = read_json(report) if report.exists() else {}
-            if doc.get("status") == "refused":  # the job's bad-input exit: nothing changed, a retry changes nothing
-                raise KafkaLogError(f"the compaction job refused to run: {doc.get('error')}") from None
+            failed = CompactionJobReport.load(directory)
+            if failed and failed.status == "refused":  # bad input: nothing changed, a retry changes nothing
+                raise KafkaLogError(f"the compaction job refused to run: {failed.error}") from None
             raise
-        doc = read_json(report)
-        for p in doc.get("partitions", []):
-            self.log.info("%s-%s: %s%s", p["topic"], p["partition"], p["status"],
-                          f" ({p['error']})" if p.get("error") else "")
-        targets = doc.get("plan", {}).get("targets", [])
-        result = {"report": str(report), "status": doc.get("status"), "totals": doc.get("totals"),
-                  "topics": plain(compaction_changes(doc)), "topics_read": sorted({s["topic"] for s in targets})}
+        done = CompactionJobReport.load(directory)
+        if done is None:
+            raise KafkaLogError(f"the compaction job succeeded but left no report at {report}")
+        for p in done.partitions:
+            self.log.info("%s-%s: %s%s", p.topic, p.partition, p.status, f" ({p.error})" if p.error else "")
+        result = {"report": str(report), "status": done.status, "totals": done.totals,
+                  "topics": plain(compaction_changes(done)), "topics_read": list(done.topics_read)}
         self.emit_topic_events(context, result)
         return result

@@ -59,7 +59,7 @@ def read_json(path: Path | str) -> Doc:
 
 
 # --- strict reading ------------------------------------------------------------------------------------
-def _keys(doc: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> Mapping[str, Any]:
+def check_keys(doc: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> Mapping[str, Any]:
     if not isinstance(doc, dict):
         raise PlanError(f"{where}: expected an object, not {json.dumps(doc)[:100]}")
     unknown = sorted(set(doc) - set(required) - set(optional))
@@ -106,12 +106,13 @@ def _bool(value: Any, where: str, key: str) -> bool:
     return value
 
 
-def check_version_and_keys(doc: Any, where: str, what: str, names: Sequence[str], version: int = VERSION) -> None:
-    """A flat document written as ``{"version": version, <names>...}``: ``PlanError`` naming ``what`` it
-    should be, the version found, and each unknown and missing key."""
+def check_version_and_keys(doc: Any, where: str, what: str, names: Sequence[str], version: int = VERSION, *,
+                           optional: Sequence[str] = ()) -> None:
+    """A document written as ``{"version": version, <names>..., <optional>...}``: ``PlanError`` naming
+    ``what`` it should be, the version found, and each unknown and missing key."""
     if not isinstance(doc, dict):
         raise PlanError(f"{where}: expected a JSON object")
-    unknown = sorted(set(doc) - {"version", *names})
+    unknown = sorted(set(doc) - {"version", *names, *optional})
     missing = [n for n in names if n not in doc]
     if doc.get("version") != version or unknown or missing:
         raise PlanError(f"{where}: not {what} of this kafkalog (version {doc.get('version')!r}"
@@ -155,7 +156,7 @@ class PartitionError:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> PartitionError:
-        d = _keys(doc, where, ("topic", "partition", "error"), ("locked",))
+        d = check_keys(doc, where, ("topic", "partition", "error"), ("locked",))
         return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
                    _str(d["error"], where, "error"), _bool(d.get("locked", False), where, "locked"))
 
@@ -182,7 +183,7 @@ class SegmentDeletion:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> SegmentDeletion:
-        d = _keys(doc, where, [f.name for f in fields(cls)])
+        d = check_keys(doc, where, [f.name for f in fields(cls)])
         return cls(_int(d["base_offset"], where, "base_offset", minimum=0),
                    _int(d["next_offset"], where, "next_offset", minimum=0), _int(d["bytes"], where, "bytes", minimum=0),
                    _str(d["reason"], where, "reason"), _str(d["detail"], where, "detail"))
@@ -205,7 +206,7 @@ class PartitionRetention:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> PartitionRetention:
-        d = _keys(doc, where, [f.name for f in fields(cls)])
+        d = check_keys(doc, where, [f.name for f in fields(cls)])
         where = f"{where} ({d.get('topic')}-{d.get('partition')})"
         segments = tuple(SegmentDeletion.from_json(s, f"{where} segments[{i}]")
                          for i, s in enumerate(_list(d["segments"], where, "segments")))
@@ -236,7 +237,8 @@ class RetentionPlanDocument:
     @classmethod
     def from_json(cls, doc: Any, where: str = "retention plan") -> RetentionPlanDocument:
         _header(doc, where, cls.KIND)
-        d = _keys(doc, where, ("version", "kind", "now_ms", "log_dirs", "partitions", "errors"), REPORT_KEYS[cls.KIND])
+        d = check_keys(doc, where, ("version", "kind", "now_ms", "log_dirs", "partitions", "errors"),
+                       REPORT_KEYS[cls.KIND])
         log_dirs = tuple(_str(x, where, "log_dirs") for x in _list(d["log_dirs"], where, "log_dirs"))
         partitions = tuple(PartitionRetention.from_json(p, f"{where}: partitions[{i}]")
                            for i, p in enumerate(_list(d["partitions"], where, "partitions")))
@@ -267,7 +269,7 @@ class CompactionTarget:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> CompactionTarget:
-        d = _keys(doc, where, [f.name for f in fields(cls)])
+        d = check_keys(doc, where, [f.name for f in fields(cls)])
         target = cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
                      _str(d["log_dir"], where, "log_dir"),
                      _int(d["first_dirty_offset"], where, "first_dirty_offset", minimum=0),
@@ -292,7 +294,7 @@ class CheckpointResetEntry:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> CheckpointResetEntry:
-        d = _keys(doc, where, ("topic", "partition", "offset"))
+        d = check_keys(doc, where, ("topic", "partition", "offset"))
         return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
                    _int(d["offset"], where, "offset", minimum=0))
 
@@ -308,7 +310,7 @@ class NotSelected:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> NotSelected:
-        d = _keys(doc, where, ("topic", "partition", "kind", "reason"))
+        d = check_keys(doc, where, ("topic", "partition", "kind", "reason"))
         return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
                    _str(d["kind"], where, "kind"), _str(d["reason"], where, "reason"))
 
@@ -338,7 +340,7 @@ class CompactionPlanDocument:
     @classmethod
     def from_json(cls, doc: Any, where: str = "compaction plan") -> CompactionPlanDocument:
         _header(doc, where, cls.KIND)
-        d = _keys(doc, where, ("version", "kind", "now_ms", "topic", "partitions", "selected", "checkpoint_resets",
+        d = check_keys(doc, where, ("version", "kind", "now_ms", "topic", "partitions", "selected", "checkpoint_resets",
                                "not_selected", "errors"), REPORT_KEYS[cls.KIND])
         partitions = None if d["partitions"] is None else tuple(
             _int(p, where, "partitions", minimum=0) for p in _list(d["partitions"], where, "partitions"))

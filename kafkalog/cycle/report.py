@@ -23,9 +23,15 @@ from kafkalog.cycle.documents import (
     check_version_and_keys,
     plain,
     read_document,
-    read_json,
 )
-from kafkalog.cycle.results import MarkResult, ScanResult, SelectResult, ShardPlanResult, SweepResult
+from kafkalog.cycle.results import (
+    CompactionJobReport,
+    MarkResult,
+    ScanResult,
+    SelectResult,
+    ShardPlanResult,
+    SweepResult,
+)
 from kafkalog.cycle.steps import format_ms
 
 VERSION = 1
@@ -135,19 +141,13 @@ NOTHING_DELETED = DeletionDone(0, 0, (), 0, None)
 
 
 # --- building it -----------------------------------------------------------------------------------------
-def compaction_report_path(run_dir: Path | str) -> Path:
-    return Path(run_dir) / "compaction-report.json"
-
-
-def compaction_changes(report: Mapping[str, Any]) -> dict[str, TopicCompacted]:
+def compaction_changes(report: CompactionJobReport | None) -> dict[str, TopicCompacted]:
     """Per topic, what the Spark job's report says compaction removed."""
     changes: dict[str, TopicCompacted] = {}
-    for p in report.get("partitions", []):
-        if p.get("status") != "cleaned":
-            continue
-        stats = p.get("stats") or {}
-        was = changes.get(p["topic"], TopicCompacted(0, 0, 0))
-        changes[p["topic"]] = TopicCompacted(
+    for p in report.cleaned if report else ():
+        stats = p.stats or {}
+        was = changes.get(p.topic, TopicCompacted(0, 0, 0))
+        changes[p.topic] = TopicCompacted(
             was.partitions_compacted + 1,
             was.records_removed + int(stats.get("records_read", 0)) - int(stats.get("records_written", 0)),
             was.bytes_removed + int(stats.get("bytes_read", 0)) - int(stats.get("bytes_written", 0)))
@@ -181,15 +181,12 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
             if isinstance(doc, MarkResult):
                 marks.append(doc)
             step_errors(kind.STEP, doc)
-    compaction: Doc = {}
-    if found is not None and compaction_report_path(found).exists():
-        compaction = read_json(compaction_report_path(found))
-        for p in compaction.get("partitions", []):
-            if not p.get("ok"):
-                (skipped if p.get("status") == "locked" else failed).append(
-                    Failure("compact", p["topic"], p["partition"], p.get("error")))
-        if compaction.get("status") in ("refused", "spark-failed"):
-            failed.append(Failure("compact", None, None, compaction.get("error")))
+    compaction = None if found is None else CompactionJobReport.load(found)
+    for p in compaction.partitions if compaction else ():
+        if not p.ok:
+            (skipped if p.status == "locked" else failed).append(Failure("compact", p.topic, p.partition, p.error))
+    if compaction and compaction.status in ("refused", "spark-failed"):
+        failed.append(Failure("compact", None, None, compaction.error))
     selection = None if found is None else SelectResult.load(found)
     step_errors("select_logs_to_clean", selection)
     failed += [Failure("compact (dry run)", e["topic"], e["partition"], f"the compaction would fail: {e['error']}")
@@ -209,8 +206,7 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
                               deleted.waiting_files, deleted.next_due_ms) if deleted else NOTHING_DELETED,
         compaction=CompactionDone(
             tuple(f"{s.topic}-{s.partition}" for s in (plan.selected if plan else ())),
-            tuple(f"{p['topic']}-{p['partition']}" for p in compaction.get("partitions", [])
-                  if p.get("status") == "cleaned"),
+            tuple(f"{p.topic}-{p.partition}" for p in (compaction.cleaned if compaction else ())),
             compaction_changes(compaction)),
         waiting={} if found is None else _why_waiting(found, shards, plan),
         failed=tuple(failed), skipped=tuple(skipped), missing_results=tuple(missing))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from kafkalog.cycle.documents import Doc, check_version_and_keys, read_json, write_json
+from kafkalog.cycle.documents import Doc, PlanError, check_keys, check_version_and_keys, read_json, write_json
 
 VERSION = 1
 R = TypeVar("R", bound="StepResult")
@@ -123,3 +123,72 @@ class SweepResult(StepResult):
     deleted_dir_bytes: int
     waiting_dirs: list[Any]
     freed: dict[str, Doc]  # per topic: files_deleted, bytes_freed
+
+
+# --- the compaction job's report ----------------------------------------------------------------------------
+# The Spark job (``spark_jobs/compact_logs.py``) leaves ``compaction-report.json``: an audit document of
+# the whole job (its clocks, plan, Spark stages, timings and each partition's round) that the job
+# builds as it goes. What the cycle reads from it is typed here; every key is known, so a report of
+# another shape (a misspelt key, another version) is refused naming the file.
+JOB_REPORT_VERSION = 2
+JOB_STATUSES = ("ok", "partitions-failed", "refused", "spark-failed")
+JOB_REPORT_KEYS = ("version", "status", "started_at", "timings", "partitions", "totals")
+JOB_REPORT_OPTIONAL_KEYS = ("error", "now_ms", "wall_now_ms", "log_dirs", "numba_cache_dir", "scratch_dir", "plan",
+                            "run_id", "spark")
+JOB_PARTITION_KEYS = ("topic", "partition", "ok", "status", "error")
+JOB_PARTITION_OPTIONAL_KEYS = ("stage", "first_dirty_offset", "first_uncleanable_offset", "started_at",
+                               "finished_at", "log_dir", "end_offset", "groups", "stats", "round")
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    """One partition in the job's report: ``status`` cleaned, locked (another cleaner held it) or failed."""
+
+    topic: str
+    partition: int
+    ok: bool
+    status: str
+    error: str | None
+    stats: Doc | None  # the cleaner's counts (records_read, records_written, bytes_read, ...) when cleaned
+
+
+@dataclass(frozen=True)
+class CompactionJobReport:
+    status: str  # one of JOB_STATUSES
+    error: str | None  # why the job refused or Spark failed
+    partitions: tuple[CompactionOutcome, ...]
+    totals: dict[str, int]
+    topics_read: tuple[str, ...]  # the topics of the partitions the job set out to clean
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> CompactionJobReport:
+        check_version_and_keys(doc, where, "a compaction job report",
+                               [k for k in JOB_REPORT_KEYS if k != "version"], JOB_REPORT_VERSION,
+                               optional=JOB_REPORT_OPTIONAL_KEYS)
+        if doc["status"] not in JOB_STATUSES:
+            raise PlanError(f"{where}: status {doc['status']!r} is not one of {', '.join(JOB_STATUSES)}")
+        outcomes = []
+        for i, p in enumerate(doc["partitions"] if isinstance(doc["partitions"], list) else [None]):
+            entry = f"{where}: partitions[{i}]"
+            check_keys(p, entry, JOB_PARTITION_KEYS, JOB_PARTITION_OPTIONAL_KEYS)
+            if not isinstance(p["topic"], str) or not isinstance(p["partition"], int) or not isinstance(p["ok"], bool):
+                raise PlanError(f"{entry}: topic, partition and ok must be a string, an integer and true or false")
+            outcomes.append(CompactionOutcome(p["topic"], p["partition"], p["ok"], str(p["status"]), p["error"],
+                                              p.get("stats")))
+        targets = (doc.get("plan") or {}).get("targets", [])
+        return cls(doc["status"], doc.get("error"), tuple(outcomes), dict(doc["totals"]),
+                   tuple(sorted({t["topic"] for t in targets})))
+
+    @classmethod
+    def load(cls, run_dir: Path | str) -> CompactionJobReport | None:
+        """The job's report in ``run_dir``, or None when the job left none."""
+        path = compaction_report_path(run_dir)
+        return cls.from_json(read_json(path), str(path)) if path.exists() else None
+
+    @property
+    def cleaned(self) -> tuple[CompactionOutcome, ...]:
+        return tuple(p for p in self.partitions if p.status == "cleaned")
+
+
+def compaction_report_path(run_dir: Path | str) -> Path:
+    return Path(run_dir) / "compaction-report.json"

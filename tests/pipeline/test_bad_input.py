@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import tree_digest
@@ -19,6 +21,7 @@ from synthetic import CHANGELOG, EVENTS, HOUR_MS, build_store
 
 from kafkalog.cycle import compaction, report, steps
 from kafkalog.cycle.documents import PlanError, write_json
+from kafkalog.cycle.results import compaction_report_path
 from kafkalog.cycle.steps import CycleSettings
 from kafkalog.errors import (
     CleanerError,
@@ -271,12 +274,36 @@ def test_a_partition_held_by_another_process_is_skipped_and_said_so(tmp_path: Pa
 def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> None:
     """The Spark job's report says ``locked`` for a partition whose cleaner lock another process holds."""
     run_dir = tmp_path / "run"
-    write_json(report.compaction_report_path(run_dir), {"status": "partitions-failed", "partitions": [
-        {"topic": CHANGELOG, "partition": 0, "ok": False, "status": "locked", "error": "x: locked"},
-        {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "stats": {}}]})
+    write_json(compaction_report_path(run_dir), {
+        "version": 2, "status": "partitions-failed", "started_at": 0, "timings": {}, "totals": {}, "partitions": [
+            {"topic": CHANGELOG, "partition": 0, "ok": False, "status": "locked", "error": "x: locked"},
+            {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "error": None, "stats": {}}]})
     summary = report.summarize(run_dir)
     assert summary.failed == () and summary.compaction.cleaned == (f"{CHANGELOG}-1",)
     assert summary.skipped == (report.Failure("compact", CHANGELOG, 0, "x: locked"),)
+    assert summary.compaction.topics == {CHANGELOG: report.TopicCompacted(1, 0, 0)}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.update(totl=d.pop("totals")), "not a compaction job report of this kafkalog (version 2; unknown "
+                                               "key(s) totl; missing key(s) totals)"),
+    (lambda d: d.update(version=1), "not a compaction job report of this kafkalog (version 1)"),
+    (lambda d: d.update(status="fine"), "status 'fine' is not one of ok, partitions-failed, refused, spark-failed"),
+    (lambda d: d["partitions"][0].pop("ok"), "partitions[0]: missing key(s) ok"),
+    (lambda d: d["partitions"][0].update(stat={}), "partitions[0]: unknown key(s) stat"),
+])
+def test_a_compaction_job_report_of_another_shape_is_refused_naming_the_key(
+        tmp_path: Path, change: Any, message: str) -> None:
+    run_dir = tmp_path / "run"
+    doc = {"version": 2, "status": "ok", "started_at": 0, "timings": {}, "totals": {}, "partitions": [
+        {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "error": None,
+         "stats": {"records_read": 5, "records_written": 2, "bytes_read": 500, "bytes_written": 200}}]}
+    write_json(compaction_report_path(run_dir), doc)
+    assert report.summarize(run_dir).compaction.topics == {CHANGELOG: report.TopicCompacted(1, 3, 300)}
+    change(doc)
+    write_json(compaction_report_path(run_dir), doc)
+    with pytest.raises(PlanError, match=re.escape(f"{compaction_report_path(run_dir)}: {message}")):
+        report.summarize(run_dir)
 
 
 def test_a_run_dir_is_a_writable_place_of_its_own(tmp_path: Path) -> None:

@@ -284,7 +284,7 @@ def test_a_corrupt_partition_fails_the_report_and_a_rerun_after_recover_succeeds
     assert f"{EVENTS}-1" in log_text and "the other partitions were maintained" in log_text
     assert not (store / f"{EVENTS}-0" / "00000000000000000000.log").exists()  # the others were maintained
     assert (store / f"{EVENTS}-1" / "00000000000000000000.log").exists()  # the corrupt one was left alone
-    assert sorted(summary["compaction"]["cleaned"]) == [f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0"]
+    assert sorted(summary.compaction.cleaned) == [f"{CHANGELOG}-0", f"{CHANGELOG}-1", f"{SESSIONS}-0"]
 
     assert run_cli("recover", "--log-dir", str(store)).code == 0
     again = airflow.trigger(CLEANUP, {"log_dirs": [str(store)]})

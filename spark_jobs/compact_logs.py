@@ -44,6 +44,9 @@ from kafkalog.policy.log_cleaner import require_cleaner
 EXIT_OK, EXIT_REFUSED, EXIT_PARTITIONS_FAILED = 0, 1, 2
 LOOPBACK = "127.0.0.1"
 DEFAULT_NUMBA_CACHE = ".kafkalog-numba-cache"  # beside the first log dir, not inside it (unknown file)
+# One cache for the jobs of every store on these hosts: each new cache dir pays the kernels' compilation
+# again, in the driver and in every executor's Python worker.
+NUMBA_CACHE_ENV = "KAFKALOG_NUMBA_CACHE_DIR"
 DEFAULT_SCRATCH = ".kafkalog-spark-scratch"
 # A run's own sub-directory of the scratch dir, and its marker, flock-ed while the run's driver lives.
 SCRATCH_RUN = re.compile(r"kafkalog-run-[0-9a-f]{32}")
@@ -100,7 +103,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--run-id", help="journal run id (default: a new one)")
     p.add_argument("--report", required=True, metavar="REPORT.json", help="where to write the JSON report")
     p.add_argument("--master", help="Spark master (default: spark-submit's --master, else local[*])")
-    p.add_argument("--numba-cache-dir", metavar="DIR", help=f"default: <first log dir>/../{DEFAULT_NUMBA_CACHE}")
+    p.add_argument("--numba-cache-dir", metavar="DIR",
+                   help=f"default: ${NUMBA_CACHE_ENV}, else <first log dir>/../{DEFAULT_NUMBA_CACHE}")
     p.add_argument("--scratch-dir", metavar="DIR", help=f"default: <first log dir>/../{DEFAULT_SCRATCH}")
     p.add_argument("--split-bytes", type=non_negative, metavar="N",
                    help="split a partition that recopies more (0: never)")
@@ -311,12 +315,16 @@ def report_path(args: argparse.Namespace) -> str:
 
 
 def job_dirs(args: argparse.Namespace, log_dirs: Sequence[Path]) -> tuple[str, str]:
-    """The numba cache and scratch dirs, as given or beside the first log dir, checked (the probe checks
-    that every executor can write them)."""
+    """The numba cache and scratch dirs, as given (the cache: else at ``$KAFKALOG_NUMBA_CACHE_DIR``), else
+    beside the first log dir, checked (the probe checks that every executor can write them)."""
     chosen = []
+    cache_env = os.environ.get(NUMBA_CACHE_ENV) or None
     for option, given, default in (("--numba-cache-dir", args.numba_cache_dir, DEFAULT_NUMBA_CACHE),
                                    ("--scratch-dir", args.scratch_dir, DEFAULT_SCRATCH)):
-        shown = option if given else f"{option} (default)"
+        if not given and option == "--numba-cache-dir" and cache_env:
+            given, shown = cache_env, f"{option} (${NUMBA_CACHE_ENV})"
+        else:
+            shown = option if given else f"{option} (default)"
         path = outside_log_dirs(shown, given or log_dirs[0].parent / default, log_dirs)
         if path.exists() and not path.is_dir():
             raise JobError(f"{shown} {path} is not a directory")

@@ -6,7 +6,9 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -16,6 +18,26 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "kafka-real"
+NUMBA_CACHE_ENV = "KAFKALOG_NUMBA_CACHE_DIR"  # spark_jobs/compact_logs.py's default --numba-cache-dir
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One numba cache for every Spark job of the run (and of its xdist workers, which inherit it), as
+    one installation's jobs share one: a cache beside each test's own store would compile the kernels
+    again in every job's driver and Python workers. Removed at the end of the run."""
+    if NUMBA_CACHE_ENV not in os.environ:
+        os.environ[NUMBA_CACHE_ENV] = tempfile.mkdtemp(prefix="kafkalog-test-numba-")
+        config.stash[_NUMBA_CACHE_KEY] = os.environ[NUMBA_CACHE_ENV]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = config.stash.get(_NUMBA_CACHE_KEY, None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
+        os.environ.pop(NUMBA_CACHE_ENV, None)
+
+
+_NUMBA_CACHE_KEY = pytest.StashKey[str]()
 
 
 def kafka_fixtures_root() -> Path:

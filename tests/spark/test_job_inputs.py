@@ -120,10 +120,12 @@ def test_output_and_scratch_paths_in_a_log_dir_are_refused(template: Path, tmp_p
     assert _paths(log_dir.parent) == paths
 
 
-def test_default_and_linked_partition_paths_are_checked_too(tmp_path: Path) -> None:
+def test_default_and_linked_partition_paths_are_checked_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The defaults (beside the first log dir) are checked as given paths are; so is the place a log dir's
-    symlinked partition dir leads to (a partition kept on another volume)."""
+    symlinked partition dir leads to (a partition kept on another volume); and so is the shared cache
+    of ``$KAFKALOG_NUMBA_CACHE_DIR``."""
     job = _load_job()
+    monkeypatch.delenv(job.NUMBA_CACHE_ENV, raising=False)
     outer, inner, elsewhere = tmp_path / "a", tmp_path / "a" / "logs", tmp_path / "elsewhere"
     for d in (inner, elsewhere):
         d.mkdir(parents=True)
@@ -138,6 +140,12 @@ def test_default_and_linked_partition_paths_are_checked_too(tmp_path: Path) -> N
     assert str(elsewhere) in str(refused.value) and f"log dir {inner}" in str(refused.value)
     assert job.job_dirs(job.parse_args(["--report", "r.json", "--now-ms", "0"]), [inner]) == \
         (str(outer / ".kafkalog-numba-cache"), str(outer / ".kafkalog-spark-scratch"))
+    monkeypatch.setenv(job.NUMBA_CACHE_ENV, str(tmp_path / "cache"))
+    assert job.job_dirs(job.parse_args(["--report", "r.json", "--now-ms", "0"]), [inner])[0] == \
+        str(tmp_path / "cache")
+    monkeypatch.setenv(job.NUMBA_CACHE_ENV, str(inner / "cache"))
+    with pytest.raises(job.JobError, match=r"^--numba-cache-dir \(\$KAFKALOG_NUMBA_CACHE_DIR\) .* inside log dir "):
+        job.job_dirs(job.parse_args(["--report", "r.json", "--now-ms", "0"]), [inner])
 
 
 def _run_dir(scratch: Path, files: dict[str, str], *, locked: bool = False) -> tuple[Path, IO[str]]:

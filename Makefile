@@ -49,8 +49,14 @@ demo: install
 airflow: install
 	$(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
 
+# The whole suite, as CI runs it: the tests that start no Airflow or Spark process on every core, then
+# those that do one at a time (their components and Spark executors take the cores themselves). Fails
+# if either part fails; both always run.
 test: install
-	$(PY) -m pytest
+	@status=0; \
+	$(PY) -m pytest -n auto -m "not airflow and not spark" || status=$$?; \
+	$(PY) -m pytest -m "airflow or spark" || status=$$?; \
+	exit $$status
 
 # Everything that starts no Airflow or Spark process (tests/conftest.py refuses one in an unmarked test),
 # on every core: the inner loop.

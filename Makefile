@@ -55,7 +55,7 @@ airflow: install
 test: install
 	@status=0; \
 	$(PY) -m pytest -n auto -m "not airflow and not spark" || status=$$?; \
-	$(PY) -m pytest -m "airflow or spark" || status=$$?; \
+	$(PY) -m pytest -m "airflow or spark" --durations=20 || status=$$?; \
 	exit $$status
 
 # Everything that starts no Airflow or Spark process (tests/conftest.py refuses one in an unmarked test),

@@ -15,14 +15,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from kafkalog.cycle.compaction import read_compaction_plan
 from kafkalog.cycle.documents import (
     CompactionPlanDocument,
     Doc,
     PlanError,
-    RetentionPlanDocument,
     check_version_and_keys,
     plain,
-    read_document,
 )
 from kafkalog.cycle.results import (
     CompactionJobReport,
@@ -32,6 +31,7 @@ from kafkalog.cycle.results import (
     ShardPlanResult,
     SweepResult,
 )
+from kafkalog.cycle.retention import read_retention_plan
 from kafkalog.cycle.steps import format_ms
 
 VERSION = 1
@@ -194,7 +194,7 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
     deleted = None if found is None else SweepResult.load(found)
     step_errors("delete_marked", deleted)
     plan_path = None if found is None else found / "compaction-plan.json"
-    plan = read_document(plan_path, CompactionPlanDocument) if plan_path is not None and plan_path.exists() else None
+    plan = read_compaction_plan(plan_path) if plan_path is not None and plan_path.exists() else None
     return CycleReport(
         run_dir=None if found is None else str(found), now_ms=scan.now_ms if scan else None,
         dry_run=scan.dry_run if scan else False, partitions=scan.partitions if scan else 0,
@@ -219,7 +219,7 @@ def _why_waiting(run_dir: Path, shards: Sequence[int],
     for shard in shards:
         path = run_dir / "retention" / f"plan-{shard:04d}.json"
         if path.exists():
-            for p in read_document(path, RetentionPlanDocument).partitions:
+            for p in read_retention_plan(path).partitions:
                 reasons = [b for b in p.blocked_by if not b.startswith(("unlimited", "policy"))]
                 if reasons:
                     waiting.setdefault(f"{p.topic}-{p.partition}", []).extend(f"retention {r}" for r in reasons)

@@ -11,7 +11,18 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from kafkalog.cycle.documents import Doc, PlanError, check_keys, check_version_and_keys, read_json, write_json
+from kafkalog.cycle.documents import (
+    Doc,
+    PlanError,
+    _bool,
+    _int,
+    _list,
+    _str,
+    check_keys,
+    check_version_and_keys,
+    read_json,
+    write_json,
+)
 
 VERSION = 1
 R = TypeVar("R", bound="StepResult")
@@ -132,7 +143,7 @@ class SweepResult(StepResult):
 # another shape (a misspelt key, another version) is refused naming the file.
 JOB_REPORT_VERSION = 2
 JOB_STATUSES = ("ok", "partitions-failed", "refused", "spark-failed")
-JOB_REPORT_KEYS = ("version", "status", "started_at", "timings", "partitions", "totals")
+JOB_REPORT_KEYS = ("status", "started_at", "timings", "partitions", "totals")
 JOB_REPORT_OPTIONAL_KEYS = ("error", "now_ms", "wall_now_ms", "log_dirs", "numba_cache_dir", "scratch_dir", "plan",
                             "run_id", "spark")
 JOB_PARTITION_KEYS = ("topic", "partition", "ok", "status", "error")
@@ -162,19 +173,17 @@ class CompactionJobReport:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> CompactionJobReport:
-        check_version_and_keys(doc, where, "a compaction job report",
-                               [k for k in JOB_REPORT_KEYS if k != "version"], JOB_REPORT_VERSION,
+        check_version_and_keys(doc, where, "a compaction job report", JOB_REPORT_KEYS, JOB_REPORT_VERSION,
                                optional=JOB_REPORT_OPTIONAL_KEYS)
         if doc["status"] not in JOB_STATUSES:
             raise PlanError(f"{where}: status {doc['status']!r} is not one of {', '.join(JOB_STATUSES)}")
         outcomes = []
-        for i, p in enumerate(doc["partitions"] if isinstance(doc["partitions"], list) else [None]):
+        for i, p in enumerate(_list(doc["partitions"], where, "partitions")):
             entry = f"{where}: partitions[{i}]"
             check_keys(p, entry, JOB_PARTITION_KEYS, JOB_PARTITION_OPTIONAL_KEYS)
-            if not isinstance(p["topic"], str) or not isinstance(p["partition"], int) or not isinstance(p["ok"], bool):
-                raise PlanError(f"{entry}: topic, partition and ok must be a string, an integer and true or false")
-            outcomes.append(CompactionOutcome(p["topic"], p["partition"], p["ok"], str(p["status"]), p["error"],
-                                              p.get("stats")))
+            outcomes.append(CompactionOutcome(
+                _str(p["topic"], entry, "topic"), _int(p["partition"], entry, "partition"), _bool(p["ok"], entry, "ok"),
+                str(p["status"]), p["error"], p.get("stats")))
         targets = (doc.get("plan") or {}).get("targets", [])
         return cls(doc["status"], doc.get("error"), tuple(outcomes), dict(doc["totals"]),
                    tuple(sorted({t["topic"] for t in targets})))

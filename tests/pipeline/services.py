@@ -8,11 +8,13 @@ import os
 import random
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import pytest
 
 HOST = "127.0.0.1"
+CLAIM_KEY = "kafkalog-test-claim"  # in the Redis DB a test took for its broker
 
 
 def _unreachable(what: str, exc: Exception) -> NoReturn:
@@ -21,9 +23,9 @@ def _unreachable(what: str, exc: Exception) -> NoReturn:
     pytest.skip(f"{what} on {HOST} is not reachable ({exc})")
 
 
-@pytest.fixture
-def postgres_db() -> Iterator[str]:
-    """A fresh database's SQLAlchemy URL; dropped after."""
+@contextmanager
+def fresh_postgres_db() -> Iterator[str]:
+    """A fresh database's SQLAlchemy URL; dropped after (its connections ended first)."""
     import psycopg2
 
     try:
@@ -43,6 +45,13 @@ def postgres_db() -> Iterator[str]:
 
 
 @pytest.fixture
+def postgres_db() -> Iterator[str]:
+    """A fresh database's SQLAlchemy URL for the test; dropped after."""
+    with fresh_postgres_db() as url:
+        yield url
+
+
+@pytest.fixture
 def redis_broker() -> Iterator[tuple[str, str]]:
     """(broker URL on an empty Redis DB, a queue name of this test's own). Afterwards the keys and binding
     entries naming the queue (the worker's node name contains it) are deleted there, then the binding
@@ -56,14 +65,18 @@ def redis_broker() -> Iterator[tuple[str, str]]:
         databases = int(connect().config_get("databases").get("databases") or 16)
     except Exception as exc:  # noqa: BLE001 - as above
         _unreachable("Redis (port 6379)", exc)
+    queue = f"kafkalog-test-{uuid.uuid4().hex[:12]}"
     empty = [n for n in range(1, databases) if connect(n).dbsize() == 0]
-    if not empty:
+    random.shuffle(empty)
+    # Claimed by a key set only where none is: tests running at once (xdist) each get a DB of their own.
+    db = next((n for n in empty if connect(n).set(CLAIM_KEY, queue, nx=True)), None)
+    if db is None:
         pytest.skip(f"no empty Redis DB among 1..{databases - 1} for the broker")
-    db, queue = random.choice(empty), f"kafkalog-test-{uuid.uuid4().hex[:12]}"
     try:
         yield f"redis://{HOST}:6379/{db}", queue
     finally:
         client = connect(db)
+        client.delete(CLAIM_KEY)
         for key in map(str, client.scan_iter(match="*")):
             if queue in key:
                 client.delete(key)

@@ -22,7 +22,6 @@ import os
 import shutil
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 from helpers import REPO, live_files, require_spark
+from services import fresh_postgres_db
 from synthetic import CHANGELOG, EVENTS, HOUR_MS, SESSIONS, build_store
 
 from devtools.airflow_local import LocalAirflow
@@ -79,27 +79,6 @@ known_topic_assets()
 '''
 
 
-def _postgres_db() -> Iterator[str]:
-    try:
-        import psycopg2
-
-        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres", connect_timeout=5)
-    except Exception as exc:  # noqa: BLE001 - no server: skipped with the reason (a failure in CI)
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"Postgres on 127.0.0.1:5432 is not reachable ({exc}); CI must run these tests")
-        pytest.skip(f"Postgres on 127.0.0.1:5432 is not reachable ({exc})")
-    admin.autocommit = True
-    name = f"kafkalog_test_{uuid.uuid4().hex[:12]}"
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield name
-    finally:
-        cursor = admin.cursor()
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
-        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
-        admin.close()
-
-
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
     require_spark()
@@ -112,8 +91,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
     (dags / "known_topic_assets.py").write_text(KNOWN_ASSETS_DAG)
     (base / "idle-logs").mkdir()  # what scheduled runs (default params) maintain: nothing
     (base / "broker.properties").write_text("log.retention.check.interval.ms=86400000\n")  # daily cycles
-    for db in _postgres_db():
-        env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db}",
+    with fresh_postgres_db() as sql_url:
+        env = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sql_url,
                "KAFKALOG_LOG_DIRS": str(base / "idle-logs"), "KAFKALOG_CONFIG": str(base / "broker.properties"),
                "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": True,
                                                               "log_file_path": str(base / "openlineage.jsonl")}),

@@ -50,12 +50,13 @@ airflow: install
 	$(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
 
 # The whole suite, as CI runs it: the tests that start no Airflow or Spark process on every core, then
-# those that do one at a time (their components and Spark executors take the cores themselves). Fails
-# if either part fails; both always run.
+# those that do, two modules at a time (one alone leaves the cores idle about half the time, waiting on
+# its engines; each module keeps its own Airflow installation on one worker). Fails if either part
+# fails; both always run.
 test: install
 	@status=0; \
 	$(PY) -m pytest -n auto -m "not airflow and not spark" || status=$$?; \
-	$(PY) -m pytest -m "airflow or spark" --durations=20 || status=$$?; \
+	$(PY) -m pytest -n 2 --dist loadfile -m "airflow or spark" --durations=20 || status=$$?; \
 	exit $$status
 
 # Everything that starts no Airflow or Spark process (tests/conftest.py refuses one in an unmarked test),

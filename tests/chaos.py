@@ -143,8 +143,7 @@ class Harness:
         if spark:
             job = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
                    "--conf", "spark.ui.enabled=false", str(REPO / "spark_jobs" / "compact_logs.py"), *log_dir,
-                   "--now-ms", str(int(time.time() * 1000)), "--report", str(self.root / "spark-report.json"),
-                   "--numba-cache-dir", str(self.root / "numba-cache")]
+                   "--now-ms", str(int(time.time() * 1000)), "--report", str(self.root / "spark-report.json")]
             return "spark job", job
         kind = self.rng.choice(["retention apply", "retention sweep", "compact", "compact --topic", "recover"])
         args = {"retention apply": ["retention", "apply", "--now-ms", str(now_ms)],

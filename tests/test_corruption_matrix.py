@@ -295,8 +295,7 @@ def test_the_spark_job_leaves_each_damaged_partition_untouched(tmp_path: Path) -
                PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
                            "--conf", "spark.ui.enabled=false", "spark_jobs/compact_logs.py", "--log-dir", str(log_dir),
-                           "--now-ms", str(NOW_MS), "--report", str(report), "--partition-failures-ok",
-                           "--numba-cache-dir", str(tmp_path / "numba")],
+                           "--now-ms", str(NOW_MS), "--report", str(report), "--partition-failures-ok"],
                           cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(report.read_text())

@@ -136,8 +136,7 @@ def _spark_job(store: Store, log_dir: Path, master: str, env: dict[str, str], *a
     report = log_dir.parent / f"{log_dir.name}-report.json"
     done = subprocess.run([str(BIN / "spark-submit"), "--master", master, str(JOB), "--log-dir", str(log_dir),
                            "--config-file", str(store.broker), "--now-ms", str(store.now_ms), "--wall-now-ms",
-                           str(store.wall_ms), "--report", str(report), "--partition-failures-ok",
-                           "--numba-cache-dir", str(store.root / "numba"), *args],
+                           str(store.wall_ms), "--report", str(report), "--partition-failures-ok", *args],
                           env=env, capture_output=True, text=True, timeout=600, cwd=store.root)
     assert done.returncode == 0, done.stderr[-4000:]
     doc: dict[str, object] = json.loads(report.read_text())

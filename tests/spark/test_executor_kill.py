@@ -24,181 +24,51 @@ import ipaddress
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import test_compact_job as job_tests  # helpers only: pytest collects tests from the names bound here
-from test_compact_job import (
+from executors import (
+    QUICK_JVM,
+    ExecutorWatch,
+    Holder,
+    executor_id_of,
+    in_flight,
+    kill_executor,
+    open_outputs,
+    wait_stopped,
+    warm_numba_cache,
+)
+from job_harness import (
     CODECS,
     JOB_TIMEOUT_S,
     TOPIC,
     JobRun,
     Spark,
-    _build,
-    _clocks,
-    _compact_single_process,
-    _copy,
-    _digest,
-    _live,
-    _records,
-    _recover_old_or_new,
-    _standalone_cluster,
-    _start,
+    build_topic,
+    clocks,
+    compact_single_process,
+    copy_tree,
+    digest,
+    live_values,
+    read_records,
+    recover_old_or_new,
+    standalone_cluster_of,
+    start_job,
 )
 
+# The module-scoped fixture, used by name: each test module gets its own. Imported "as spark", a re-export
+# that the tests' arguments of that name do not redefine (F811).
+from job_harness import spark as spark
+
 from kafkalog.log import names
-from tests.spark.processes import cmdline as _cmdline
-from tests.spark.processes import descendants, kill_tree, listening_addresses
+from tests.spark.processes import kill_tree, listening_addresses
 
 pytestmark = pytest.mark.spark
 
-spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 PARTITIONS = range(len(CODECS))
-EXECUTOR_MAIN = b"CoarseGrainedExecutorBackend"
-# Every JVM here (master, workers, driver, executors and those relaunched after each kill) does little but
-# start: with C1 only and one GC thread, no compiler or GC threads take the cores the Python workers need.
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-# --- processes ------------------------------------------------------------------------------------------
-def _stat(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _parent(pid: int) -> int:
-    fields = _stat(pid)
-    return int(fields[1]) if fields else 0
-
-
-def _gone(pid: int) -> bool:
-    fields = _stat(pid)
-    return not fields or fields[0] in ("Z", "X")
-
-
-def _wait_stopped(pids: Iterable[int]) -> None:
-    """SIGSTOP is delivered asynchronously: wait until each process is really stopped (or gone)."""
-    deadline = time.monotonic() + 10
-    for pid in pids:
-        while (fields := _stat(pid)) and fields[0] not in ("T", "t", "Z", "X"):
-            assert time.monotonic() < deadline, f"process {pid} did not stop"
-            time.sleep(0.001)
-
-
-def _open_outputs(pid: int, log_dir: Path) -> set[tuple[str, str]]:
-    """(partition dir, file name) of every task attempt's output under ``log_dir`` this process has open:
-    open only while its task writes that group."""
-    out: set[tuple[str, str]] = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return out
-    for fd in fds:
-        try:
-            target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            continue
-        if target.name.endswith(names.CLEANED_SUFFIX) and log_dir in target.parents:
-            out.add((target.parent.name, target.name))
-    return out
-
-
-@dataclass(frozen=True)
-class Holder:
-    """One task attempt's Python worker writing a group."""
-
-    partition_dir: str
-    claim: str  # the output file's name
-    pid: int  # the Python worker
-    executor: int  # that worker's executor JVM
-
-
-class _ExecutorWatch:
-    """The executors' Python processes, found as descendants of the standalone workers (re-listed every
-    0.1 s or on demand: a walk of /proc costs milliseconds of a machine the job shares), and the outputs
-    they have open (checked on every call)."""
-
-    def __init__(self, worker_pids: Iterable[int], log_dir: Path | None = None) -> None:
-        self.worker_pids = list(worker_pids)
-        self.log_dir = log_dir
-        self.python: dict[int, int] = {}  # Python process -> its executor JVM
-        self.listed_at = -1.0
-
-    def relist(self) -> None:
-        self.python = {}
-        for worker in self.worker_pids:
-            procs = descendants(worker)
-            executors = {p for p in procs if EXECUTOR_MAIN in _cmdline(p)}
-            for pid in procs:
-                if pid in executors or b"python" not in _cmdline(pid).split(b"\0", 1)[0]:
-                    continue
-                ancestor = _parent(pid)
-                while ancestor > 1 and ancestor not in executors:
-                    ancestor = _parent(ancestor)
-                if ancestor in executors:
-                    self.python[pid] = ancestor
-        self.listed_at = time.monotonic()
-
-    def holders(self) -> list[Holder]:
-        if time.monotonic() - self.listed_at > 0.1:
-            self.relist()
-        assert self.log_dir is not None
-        return [Holder(name, claim, pid, executor) for pid, executor in self.python.items()
-                for name, claim in sorted(_open_outputs(pid, self.log_dir))]
-
-
-def _kill_executor(executor: int) -> list[int]:
-    """SIGSTOP the executor JVM, then its descendants until no new one appears (so nothing forks or is
-    orphaned meanwhile), then SIGKILL them all by id and wait until they are gone."""
-    stopped: list[int] = []
-    frontier = [executor]
-    while frontier:
-        for pid in frontier:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-            except ProcessLookupError:
-                pass
-        _wait_stopped(frontier)
-        frontier = [p for p in descendants(executor) if p not in stopped]
-    for pid in stopped:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 20
-    while not all(_gone(p) for p in stopped):
-        assert time.monotonic() < deadline, f"killed processes {stopped} still alive after 20 s"
-        time.sleep(0.01)
-    return stopped
-
-
-def _warm_numba_cache(spark: Spark, scratch_log_dir: Path) -> subprocess.Popen[bytes]:
-    """``kafkalog compact`` of a throwaway log with the executors' NUMBA_CACHE_DIR, while the cluster and
-    the job start: the executors then load the compiled kernels instead of each compiling them in its
-    first task (which would only make the test slower, not its kill moments different)."""
-    env = dict(spark.env, NUMBA_CACHE_DIR=str(spark.numba_cache_dir))
-    with open(scratch_log_dir.parent / "compact.out", "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "kafkalog.cli", "compact", "--log-dir", str(scratch_log_dir)],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-# --- the kills ------------------------------------------------------------------------------------------
-def _in_flight(partition_dir: Path) -> dict[str, int]:
-    """A partition's segments in flight: ``.cleaned`` (written, one log file a group, under an attempt's
-    name or the driver's), ``.swap`` files, and old log files swapped out (``.deleted``)."""
-    files = os.listdir(partition_dir)
-    return {"cleaned": sum(".log." in n and n.endswith(names.CLEANED_SUFFIX) for n in files),
-            "swap": sum(n.endswith(names.SWAP_SUFFIX) for n in files),
-            "swapped_out": sum(n.endswith(names.LOG_SUFFIX + names.DELETED_SUFFIX) for n in files)}
-
 
 @dataclass
 class Kill:
@@ -215,25 +85,20 @@ class Kill:
                 f"{self.holder.partition_dir}/{self.holder.claim}; its files then: {self.state}")
 
 
-def _executor_id(executor: int) -> str:
-    args = _cmdline(executor).split(b"\0")
-    return args[args.index(b"--executor-id") + 1].decode() if b"--executor-id" in args else "?"
-
-
 def _try_kill(holder: Holder, moment: str, log_dir: Path, t0: float) -> Kill | None:
     """Freeze the writer; if it still has its output open it is mid-work: note the files, kill its executor."""
     try:
         os.kill(holder.pid, signal.SIGSTOP)
     except ProcessLookupError:
         return None
-    _wait_stopped([holder.pid])
-    if (holder.partition_dir, holder.claim) not in _open_outputs(holder.pid, log_dir):  # done meanwhile
+    wait_stopped([holder.pid])
+    if (holder.partition_dir, holder.claim) not in open_outputs(holder.pid, log_dir):  # done meanwhile
         os.kill(holder.pid, signal.SIGCONT)
         return None
     at_s = time.perf_counter() - t0
-    state = _in_flight(log_dir / holder.partition_dir)
-    executor_id = _executor_id(holder.executor)
-    return Kill(moment, at_s, holder, executor_id, _kill_executor(holder.executor), state)
+    state = in_flight(log_dir / holder.partition_dir)
+    executor_id = executor_id_of(holder.executor)
+    return Kill(moment, at_s, holder, executor_id, kill_executor(holder.executor), state)
 
 
 # (name, whether a holder first seen after the previous kill qualifies)
@@ -247,10 +112,11 @@ MOMENTS: list[tuple[str, Callable[[Holder, Path], bool]]] = [
 def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall_ms: int, url: str,
                     cluster_pids: list[int], scratch: Path) -> tuple[JobRun, list[Kill]]:
     t0 = time.perf_counter()
-    proc = _start(spark, [log_dir], report, now_ms, wall_ms, master=url,
-                  conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-                        f"spark.driver.extraJavaOptions={QUICK_JVM}", f"spark.executor.extraJavaOptions={QUICK_JVM}"],
-                  job_args=["--scratch-dir", str(scratch)])
+    proc = start_job(spark, [log_dir], report, now_ms, wall_ms, master=url,
+                     conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+                           f"spark.driver.extraJavaOptions={QUICK_JVM}",
+                           f"spark.executor.extraJavaOptions={QUICK_JVM}"],
+                     job_args=["--scratch-dir", str(scratch)])
     kills: list[Kill] = []
     earlier: set[int] = set()  # kill 3: the Python workers alive at kill 2 do not qualify
     # Kill 1 waits until both executors' workers have written: a task that has not started yet fetches
@@ -258,7 +124,7 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
     # (spark.shuffle.io.retryWait); the job then went on with the other executor's task alone and
     # finished before any relaunched executor could be the third kill's.
     claimed_by: set[int] = set()
-    watch = _ExecutorWatch(cluster_pids[1:], log_dir.resolve())  # the workers (the master comes first)
+    watch = ExecutorWatch(cluster_pids[1:], log_dir.resolve())  # the workers (the master comes first)
     listening: set[str] = set()
     listened_at = 0.0
     try:
@@ -298,23 +164,23 @@ def _run_with_kills(spark: Spark, log_dir: Path, report: Path, now_ms: int, wall
 def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: Path, spark: Spark) -> None:
     started = time.perf_counter()
     warm_dir = tmp_path / "warm" / "logs"
-    _build(warm_dir, segments=4, seed=13)
-    warm = _warm_numba_cache(spark, warm_dir)  # on the other core, while this one builds the logs
+    build_topic(warm_dir, segments=4, seed=13)
+    warm = warm_numba_cache(spark, warm_dir)  # on the other core, while this one builds the logs
     try:
         template = tmp_path / "template" / "logs"
-        _build(template, segments=60, seed=13)
-        before = {p: _records(template, p) for p in PARTITIONS}
-        now_ms, wall_ms = _clocks()
-        ref = _copy(template, tmp_path / "ref" / "logs")
-        reference_report = _compact_single_process(ref, now_ms, wall_ms)
-        reference = {p: _records(ref, p) for p in PARTITIONS}
+        build_topic(template, segments=60, seed=13)
+        before = {p: read_records(template, p) for p in PARTITIONS}
+        now_ms, wall_ms = clocks()
+        ref = copy_tree(template, tmp_path / "ref" / "logs")
+        reference_report = compact_single_process(ref, now_ms, wall_ms)
+        reference = {p: read_records(ref, p) for p in PARTITIONS}
         groups = {r.partition: r.groups for r in reference_report.cleaned}
         assert set(groups) == set(PARTITIONS) and not reference_report.failures
-        assert all(_live(reference[p]) == _live(before[p]) for p in PARTITIONS)
-        victim = _copy(template, tmp_path / "victim" / "logs")
+        assert all(live_values(reference[p]) == live_values(before[p]) for p in PARTITIONS)
+        victim = copy_tree(template, tmp_path / "victim" / "logs")
 
         quick = dataclasses.replace(spark, env=dict(spark.env, SPARK_DAEMON_JAVA_OPTS=QUICK_JVM))
-        with _standalone_cluster(quick, tmp_path / "cluster") as (url, cluster_pids):
+        with standalone_cluster_of(quick, tmp_path / "cluster") as (url, cluster_pids):
             cluster_s = time.perf_counter() - started
             warm_running = warm.poll() is None
             run, kills = _run_with_kills(spark, victim, tmp_path / "report.json", now_ms, wall_ms, url, cluster_pids,
@@ -337,13 +203,13 @@ def test_killing_executors_mid_task_leaves_every_partition_old_or_new(tmp_path: 
         assert (victim / checkpoint).read_bytes() == (ref / checkpoint).read_bytes()
         for p in PARTITIONS:
             name = f"{TOPIC}-{p}"
-            assert _records(victim, p) == reference[p], f"{name}: not the single-process cleaner's records"
-            assert _digest(victim / name) == _digest(ref / name), f"{name}: not the single-process cleaner's bytes"
+            assert read_records(victim, p) == reference[p], f"{name}: not the single-process cleaner's records"
+            assert digest(victim / name) == digest(ref / name), f"{name}: not the single-process cleaner's bytes"
         assert not any((tmp_path / "scratch").iterdir()), "the run's scratch dir was left behind"
         assert not [p for p in victim.rglob("*") if p.name.endswith(names.CLEANED_SUFFIX)], "attempts left behind"
     else:
         print(f"the job gave up (acceptable): {run.explain()}")
 
-    counts = _recover_old_or_new(victim, template, PARTITIONS, before, reference, groups)
+    counts = recover_old_or_new(victim, template, PARTITIONS, before, reference, groups)
     new_groups, old_groups = (sum(c[i] for c in counts.values()) for i in (0, 1))
     print(f"after recover: verify passes, no key lost; {new_groups} segment groups new, {old_groups} old")

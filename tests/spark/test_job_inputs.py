@@ -30,14 +30,16 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-import test_compact_job as job_tests  # helpers only: pytest collects tests from the names bound here
 from conftest import run_cli, tree_digest
-from test_compact_job import JOB, TOPIC, Spark, _build, _clocks, _load_job, _LocalContext, _submit
+from job_harness import JOB, TOPIC, LocalContext, Spark, build_topic, clocks, load_job, submit_job
+
+# The module-scoped fixture, used by name: each test module gets its own. Imported "as spark", a re-export
+# that the tests' arguments of that name do not redefine (F811).
+from job_harness import spark as spark
 
 from kafkalog.log import names
 from kafkalog.log.checkpoint import read_offset_checkpoint
 
-spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 SEGMENT = "00000000000000000000.log"
 OPTIONS = ("--scratch-dir", "--numba-cache-dir", "--report")
 # Where a path may point: into the store, in every way the issue names, or (control) outside it.
@@ -46,9 +48,9 @@ TARGETS = ("log-dir", "partition-dir", "segment", "parent", "symlink", "outside"
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A compacted topic of three partitions, half of each dirty (``test_compact_job._build``)."""
+    """A compacted topic of three partitions, half of each dirty (``job_harness.build_topic``)."""
     log_dir = tmp_path_factory.mktemp("template") / "logs"
-    _build(log_dir, segments=4)
+    build_topic(log_dir, segments=4)
     return log_dir
 
 
@@ -96,7 +98,7 @@ def test_output_and_scratch_paths_in_a_log_dir_are_refused(template: Path, tmp_p
     fails only because it cannot start Spark here."""
     log_dir = _store(template, tmp_path)
     before, paths = tree_digest(log_dir.parent), _paths(log_dir.parent)
-    now_ms, _ = _clocks()
+    now_ms, _ = clocks()
     target = _target(kind, log_dir, tmp_path)
     report = target if option == "--report" else tmp_path / "report.json"
     args = ["--log-dir", str(log_dir), "--topic", TOPIC, "--now-ms", str(now_ms), "--report", str(report)]
@@ -124,7 +126,7 @@ def test_default_and_linked_partition_paths_are_checked_too(tmp_path: Path, monk
     """The defaults (beside the first log dir) are checked as given paths are; so is the place a log dir's
     symlinked partition dir leads to (a partition kept on another volume); and so is the shared cache
     of ``$KAFKALOG_NUMBA_CACHE_DIR``."""
-    job = _load_job()
+    job = load_job()
     monkeypatch.delenv(job.NUMBA_CACHE_ENV, raising=False)
     outer, inner, elsewhere = tmp_path / "a", tmp_path / "a" / "logs", tmp_path / "elsewhere"
     for d in (inner, elsewhere):
@@ -164,14 +166,14 @@ def _run_dir(scratch: Path, files: dict[str, str], *, locked: bool = False) -> t
 
 def test_the_job_removes_only_the_key_maps_its_runs_wrote(template: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole driver in this process (``_LocalContext``), key maps in parts. The scratch dir holds a
+    """The whole driver in this process (``LocalContext``), key maps in parts. The scratch dir holds a
     directory named like a partition (the job used to remove ``<scratch>/<partition>``), a killed run's
     key maps (removed once the job holds their partitions' locks, then its directory), another killed
     run's maps beside a file of someone else's (the maps go, the file stays) and a live run's (untouched).
     The job's own run dir is gone at the end."""
     from kafkalog.maintenance import cleaning_tasks
 
-    job = _load_job()
+    job = load_job()
     log_dir = _store(template, tmp_path)
     scratch = tmp_path / "scratch"
     (scratch / f"{TOPIC}-0").mkdir(parents=True)
@@ -181,7 +183,7 @@ def test_the_job_removes_only_the_key_maps_its_runs_wrote(template: Path, tmp_pa
     killed, _ = _run_dir(scratch, maps)
     half_killed, _ = _run_dir(scratch, {f"{TOPIC}-0/map-whole-pid-3.json": "x", f"{TOPIC}-0/notes.txt": "mine"})
     live, lock = _run_dir(scratch, {f"{TOPIC}-5/map-0-attempt-1.json": "x"}, locked=True)  # of no partition here
-    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: _LocalContext(contextlib.nullcontext))
+    monkeypatch.setattr(job, "start_spark", lambda args, cache_dir: LocalContext(contextlib.nullcontext))
     saved: list[Path] = []  # where the key-map tasks saved their parts
     map_part_task = cleaning_tasks.map_part_task
 
@@ -193,7 +195,7 @@ def test_the_job_removes_only_the_key_maps_its_runs_wrote(template: Path, tmp_pa
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))  # run_task sets it if unset: restored after
     # Each partition's key map in parts: a budget of a third of its log, which is half dirty.
     budget = max(sum(f.stat().st_size for f in (log_dir / f"{TOPIC}-{p}").glob("*.log")) for p in range(3)) // 3
-    now_ms, wall_ms = _clocks()
+    now_ms, wall_ms = clocks()
     try:
         code = job.main(["--log-dir", str(log_dir), "--now-ms", str(now_ms), "--wall-now-ms", str(wall_ms),
                          "--report", str(tmp_path / "report.json"), "--numba-cache-dir", str(tmp_path / "cache"),
@@ -221,7 +223,7 @@ def test_the_job_removes_only_the_key_maps_its_runs_wrote(template: Path, tmp_pa
 def test_negative_numbers_are_refused_when_parsed(template: Path, tmp_path: Path, option: str) -> None:
     log_dir = _store(template, tmp_path)
     before = tree_digest(log_dir)
-    now_ms, _ = _clocks()
+    now_ms, _ = clocks()
     done = _job(tmp_path, "--log-dir", str(log_dir), "--now-ms", str(now_ms), "--report",
                 str(tmp_path / "report.json"), option, "-1")
     assert done.returncode == 1, done.stderr
@@ -244,7 +246,7 @@ def test_a_plan_with_an_impossible_checkpoint_reset_is_refused(template: Path, t
                                                                resets: Any) -> None:
     log_dir = _store(template, tmp_path)
     before = tree_digest(log_dir)
-    now_ms, _ = _clocks()
+    now_ms, _ = clocks()
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(_plan(now_ms, checkpoint_resets=resets)))
     done = _job(tmp_path, "--log-dir", str(log_dir), "--plan", str(plan), "--report", str(tmp_path / "report.json"))
@@ -272,7 +274,7 @@ def test_a_checkpoint_reset_of_an_unknown_partition_fails_that_partition(templat
     log_dir = _store(template, tmp_path)
     checkpoint = log_dir / names.CLEANER_OFFSET_CHECKPOINT
     assert read_offset_checkpoint(checkpoint)[(TOPIC, 0)] > 0
-    now_ms, _ = _clocks()
+    now_ms, _ = clocks()
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(_plan(now_ms, checkpoint_resets=[{"topic": "gone", "partition": 3, "offset": 10},
                                                                 {"topic": TOPIC, "partition": 0, "offset": 0}])))
@@ -299,7 +301,7 @@ def test_a_stale_plan_fails_its_partitions_and_changes_nothing(template: Path, t
     one range raised past what is cleanable now: that partition fails (exit 0 with
     ``--partition-failures-ok``) and keeps its files; the others are cleaned."""
     log_dir = _store(template, tmp_path)
-    now_ms, wall_ms = _clocks()
+    now_ms, wall_ms = clocks()
     made = run_cli("compact", "--log-dir", str(log_dir), "--dry-run", "--json", "--now-ms", str(now_ms))
     assert made.code == 0, made.err
     plan = json.loads(made.out)
@@ -310,8 +312,8 @@ def test_a_stale_plan_fails_its_partitions_and_changes_nothing(template: Path, t
     assert altered.code == 0, altered.err
     before = tree_digest(log_dir)
 
-    run = _submit(spark, [log_dir], tmp_path / "stale.json", now_ms, wall_ms,
-                  job_args=["--plan", str(tmp_path / "plan.json")])
+    run = submit_job(spark, [log_dir], tmp_path / "stale.json", now_ms, wall_ms,
+                     job_args=["--plan", str(tmp_path / "plan.json")])
     assert run.code == 2, run.explain()
     assert [(p["partition"], p["status"]) for p in run.report["partitions"]] == [(p, "failed") for p in range(3)]
     for p in run.report["partitions"]:
@@ -324,8 +326,8 @@ def test_a_stale_plan_fails_its_partitions_and_changes_nothing(template: Path, t
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     raised = plan["selected"][0]["partition"]
     before = tree_digest(log_dir / f"{TOPIC}-{raised}")
-    run = _submit(spark, [log_dir], tmp_path / "raised.json", now_ms, wall_ms,
-                  job_args=["--plan", str(tmp_path / "plan.json"), "--partition-failures-ok"])
+    run = submit_job(spark, [log_dir], tmp_path / "raised.json", now_ms, wall_ms,
+                     job_args=["--plan", str(tmp_path / "plan.json"), "--partition-failures-ok"])
     assert run.code == 0, run.explain()
     by_partition = {p["partition"]: p for p in run.report["partitions"]}
     assert by_partition[raised]["status"] == "failed" and "reaches past what is cleanable now" in \

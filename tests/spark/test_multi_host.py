@@ -33,34 +33,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import test_compact_job as job_tests  # helpers only: pytest collects tests from the names bound here
-import test_executor_kill as kill_tests  # likewise
-from netns_cluster import Listener, NetnsCluster, netns_cluster, netns_missing
-from test_compact_job import (
+from executors import QUICK_JVM, executor_id_of, kill_executor, warm_numba_cache
+from job_harness import (
     CODECS,
     JOB_TIMEOUT_S,
     TOPIC,
     JobRun,
     Spark,
-    _build,
-    _clocks,
-    _compact_single_process,
-    _copy,
-    _digest,
-    _live,
-    _records,
-    _recover_old_or_new,
-    _start,
+    build_topic,
+    check_rounds,
+    clocks,
+    compact_single_process,
+    copy_tree,
+    digest,
+    live_values,
+    read_records,
+    recover_old_or_new,
+    start_job,
 )
+
+# The module-scoped fixture, used by name: each test module gets its own. Imported "as spark", a re-export
+# that the tests' arguments of that name do not redefine (F811).
+from job_harness import spark as spark
+from netns_cluster import Listener, NetnsCluster, netns_cluster, netns_missing
 
 from kafkalog.log import names
 from tests.spark.processes import kill_tree, listening_addresses
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 PARTITIONS = range(len(CODECS))
-QUICK_JVM = kill_tests.QUICK_JVM
 LOCK_REFUSAL = "does not see the driver's lock"
 
 
@@ -90,7 +92,7 @@ def _submit(spark: Spark, cluster: NetnsCluster, log_dir: Path, report: Path, no
             f"spark.driver.extraJavaOptions={QUICK_JVM}", f"spark.executor.extraJavaOptions={QUICK_JVM}",
             *cluster.driver_conf()]
     started = time.perf_counter()
-    proc = _start(spark, [log_dir], report, now_ms, wall_ms, master=cluster.master_url, conf=conf)
+    proc = start_job(spark, [log_dir], report, now_ms, wall_ms, master=cluster.master_url, conf=conf)
     listening: set[str] = set()
     cluster_listening: dict[str, set[Listener]] = {ns: set() for ns in cluster.namespaces}
     listened_at = 0.0
@@ -138,10 +140,10 @@ def _cluster_logs(cluster: NetnsCluster) -> str:
 
 
 def _started(spark: Spark, tmp_path: Path) -> subprocess.Popen[bytes]:
-    """The numba cache warmed while the cluster starts (see test_executor_kill)."""
+    """The numba cache warmed while the cluster starts (see ``executors.warm_numba_cache``)."""
     warm_dir = tmp_path / "warm" / "logs"
-    _build(warm_dir, segments=4, seed=13)
-    return kill_tests._warm_numba_cache(spark, warm_dir)
+    build_topic(warm_dir, segments=4, seed=13)
+    return warm_numba_cache(spark, warm_dir)
 
 
 def _warmed(warm: subprocess.Popen[bytes], tmp_path: Path) -> None:
@@ -155,10 +157,10 @@ def _warmed(warm: subprocess.Popen[bytes], tmp_path: Path) -> None:
 def test_job_on_three_hosts_writes_the_same_bytes(tmp_path: Path, netns: Spark) -> None:
     warm = _started(netns, tmp_path)
     template = tmp_path / "template" / "logs"
-    _build(template, segments=20, seed=11)
-    single, distributed = _copy(template, tmp_path / "a" / "logs"), _copy(template, tmp_path / "b" / "logs")
-    now_ms, wall_ms = _clocks()
-    reference = _compact_single_process(single, now_ms, wall_ms)
+    build_topic(template, segments=20, seed=11)
+    single, distributed = copy_tree(template, tmp_path / "a" / "logs"), copy_tree(template, tmp_path / "b" / "logs")
+    now_ms, wall_ms = clocks()
+    reference = compact_single_process(single, now_ms, wall_ms)
     assert len(reference.cleaned) == len(PARTITIONS) and not reference.failures
 
     started = time.perf_counter()
@@ -172,11 +174,11 @@ def test_job_on_three_hosts_writes_the_same_bytes(tmp_path: Path, netns: Spark) 
           f"after {run.seconds:.1f} s; timings {run.report.get('timings')}")
     assert run.code == 0, run.explain() + logs
     assert run.report["status"] == "ok" and run.report["spark"]["master"] == cluster.master_url, run.explain()
-    executors = job_tests._check_rounds(run, len(PARTITIONS))
+    executors = check_rounds(run, len(PARTITIONS))
     assert len(executors) == 2 and not any(e.endswith("/driver") for e in executors), executors  # both cleaned
-    assert _digest(distributed) == _digest(single)
-    assert {p: _live(_records(distributed, p)) for p in PARTITIONS} == \
-        {p: _live(_records(template, p)) for p in PARTITIONS}
+    assert digest(distributed) == digest(single)
+    assert {p: live_values(read_records(distributed, p)) for p in PARTITIONS} == \
+        {p: live_values(read_records(template, p)) for p in PARTITIONS}
     _check_listening(cluster, result)
 
 
@@ -187,15 +189,15 @@ def _cleaned_files(log_dir: Path) -> list[str]:
 def test_an_executor_killed_mid_stage_leaves_every_partition_old_or_new(tmp_path: Path, netns: Spark) -> None:
     warm = _started(netns, tmp_path)
     template = tmp_path / "template" / "logs"
-    _build(template, segments=60, seed=5)
-    before = {p: _records(template, p) for p in PARTITIONS}
-    now_ms, wall_ms = _clocks()
-    ref = _copy(template, tmp_path / "ref" / "logs")
-    reference_report = _compact_single_process(ref, now_ms, wall_ms)
-    reference = {p: _records(ref, p) for p in PARTITIONS}
+    build_topic(template, segments=60, seed=5)
+    before = {p: read_records(template, p) for p in PARTITIONS}
+    now_ms, wall_ms = clocks()
+    ref = copy_tree(template, tmp_path / "ref" / "logs")
+    reference_report = compact_single_process(ref, now_ms, wall_ms)
+    reference = {p: read_records(ref, p) for p in PARTITIONS}
     groups = {r.partition: r.groups for r in reference_report.cleaned}
     assert set(groups) == set(PARTITIONS) and not reference_report.failures
-    victim = _copy(template, tmp_path / "victim" / "logs")
+    victim = copy_tree(template, tmp_path / "victim" / "logs")
 
     kills: list[str] = []
     with netns_cluster(netns.env, tmp_path / "cluster") as cluster:
@@ -210,8 +212,8 @@ def test_an_executor_killed_mid_stage_leaves_every_partition_old_or_new(tmp_path
                 return
             for worker in range(len(cluster.worker_pids)):
                 for executor in cluster.executors(worker):
-                    executor_id = kill_tests._executor_id(executor)
-                    killed = kill_tests._kill_executor(executor)
+                    executor_id = executor_id_of(executor)
+                    killed = kill_executor(executor)
                     kills.append(f"at {time.perf_counter() - t0:.2f} s, with {len(cleaned)} .cleaned segments "
                                  f"({cleaned[:3]}...), SIGKILLed executor {executor_id} of worker{worker} "
                                  f"({cluster.worker_hosts[worker]}): JVM {executor}, pids {killed}")
@@ -232,24 +234,24 @@ def test_an_executor_killed_mid_stage_leaves_every_partition_old_or_new(tmp_path
     if run.code == 0:
         assert run.report["status"] == "ok" and run.report["totals"]["cleaned"] == len(PARTITIONS), run.explain()
         for p in PARTITIONS:
-            assert _records(victim, p) == reference[p], f"{TOPIC}-{p}: not the single-process cleaner's records"
-        assert _digest(victim) == _digest(ref), "not the single-process cleaner's bytes"
+            assert read_records(victim, p) == reference[p], f"{TOPIC}-{p}: not the single-process cleaner's records"
+        assert digest(victim) == digest(ref), "not the single-process cleaner's bytes"
         assert not _cleaned_files(victim)
     else:
         print(f"the job gave up (acceptable): {run.explain()}{logs}")
-    counts = _recover_old_or_new(victim, template, PARTITIONS, before, reference, groups)
+    counts = recover_old_or_new(victim, template, PARTITIONS, before, reference, groups)
     new_groups, old_groups = (sum(c[i] for c in counts.values()) for i in (0, 1))
     print(f"after recover: verify passes, no key lost; {new_groups} segment groups new, {old_groups} old")
 
 
 def test_an_executor_that_does_not_see_the_drivers_lock_is_refused(tmp_path: Path, netns: Spark) -> None:
     log_dir = tmp_path / "logs"
-    _build(log_dir, segments=8, seed=3)
+    build_topic(log_dir, segments=8, seed=3)
     elsewhere = tmp_path / "elsewhere" / "logs"
     shutil.copytree(log_dir, elsewhere)  # the same names and bytes, other inodes: no lock of the driver's
-    before, elsewhere_before = _digest(log_dir), _digest(elsewhere)
+    before, elsewhere_before = digest(log_dir), digest(elsewhere)
     assert before == elsewhere_before
-    now_ms, wall_ms = _clocks()
+    now_ms, wall_ms = clocks()
 
     with netns_cluster(netns.env, tmp_path / "cluster", private_mounts={1: [(elsewhere, log_dir)]}) as cluster:
         # worker1 (and so its executors) sees the copy at the log dir's path; worker0 the log dir itself.
@@ -263,6 +265,6 @@ def test_an_executor_that_does_not_see_the_drivers_lock_is_refused(tmp_path: Pat
     assert run.code == 1, run.explain() + logs
     said = run.stdout + run.stderr + str(run.report.get("error") or "")
     assert LOCK_REFUSAL in said, run.explain()
-    assert _digest(log_dir) == before, "the refused job changed the log dir"
-    assert _digest(elsewhere) == elsewhere_before, "the refused job changed what the blind executor saw"
+    assert digest(log_dir) == before, "the refused job changed the log dir"
+    assert digest(elsewhere) == elsewhere_before, "the refused job changed what the blind executor saw"
     _check_listening(cluster, result)

@@ -47,37 +47,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import test_compact_job as job_tests  # helpers only: pytest collects tests from the names bound here
-import test_executor_kill as kill_tests  # likewise
 from conftest import run_cli
-from test_compact_job import (
+from executors import (
+    EXECUTOR_MAIN,
+    QUICK_JVM,
+    ExecutorWatch,
+    in_flight,
+    process_gone,
+    stat_fields,
+    wait_stopped,
+)
+from job_harness import (
     CODECS,
     JOB_TIMEOUT_S,
     TOPIC,
     JobRun,
     Rec,
     Spark,
-    _build,
-    _check_rounds,
-    _clocks,
-    _compact_single_process,
-    _copy,
-    _digest,
-    _live,
-    _records,
-    _recover_old_or_new,
-    _standalone_cluster,
-    _start,
-    _submit,
+    build_topic,
+    check_rounds,
+    clocks,
+    compact_single_process,
+    copy_tree,
+    digest,
+    live_values,
+    read_records,
+    recover_old_or_new,
+    standalone_cluster_of,
+    start_job,
+    submit_job,
 )
-from test_executor_kill import QUICK_JVM, _cmdline, _ExecutorWatch, _gone, _in_flight, _stat, _wait_stopped
+
+# The module-scoped fixture, used by name: each test module gets its own. Imported "as spark", a re-export
+# that the tests' arguments of that name do not redefine (F811).
+from job_harness import spark as spark
 
 from kafkalog.log import names
+from tests.spark.processes import cmdline as _cmdline
 from tests.spark.processes import descendants, kill_tree
 
 pytestmark = pytest.mark.spark
 
-spark = job_tests.spark  # the module-scoped fixture: skips without pyspark/Java (fails instead under CI=true)
 PARTITIONS = range(len(CODECS))
 # 40 segments of ~2 KB per partition: ~25 segment groups, enough tasks' work to kill one mid-stage; the
 # kills are aimed by the driver's log and by freezing, not by luck.
@@ -135,15 +145,15 @@ class Logs:
 def logs(tmp_path_factory: pytest.TempPathFactory, warm: subprocess.Popen[bytes]) -> Logs:
     root = tmp_path_factory.mktemp("split-kill")
     template = root / "template" / "logs"
-    _build(template, segments=SEGMENTS, seed=17)
-    now_ms, wall_ms = _clocks()
-    ref = _copy(template, root / "ref" / "logs")
-    report = _compact_single_process(ref, now_ms, wall_ms)
+    build_topic(template, segments=SEGMENTS, seed=17)
+    now_ms, wall_ms = clocks()
+    ref = copy_tree(template, root / "ref" / "logs")
+    report = compact_single_process(ref, now_ms, wall_ms)
     groups = {r.partition: [(list(old), new) for old, new in r.groups] for r in report.cleaned}
     assert set(groups) == set(PARTITIONS) and not report.failures
-    before = {p: _records(template, p) for p in PARTITIONS}
-    reference = {p: _records(ref, p) for p in PARTITIONS}
-    assert all(_live(reference[p]) == _live(before[p]) for p in PARTITIONS)
+    before = {p: read_records(template, p) for p in PARTITIONS}
+    reference = {p: read_records(ref, p) for p in PARTITIONS}
+    assert all(live_values(reference[p]) == live_values(before[p]) for p in PARTITIONS)
     return Logs(template, ref, now_ms, wall_ms, before, reference, groups)
 
 
@@ -228,17 +238,17 @@ def _executor_jvms(worker_pids: Iterable[int]) -> dict[str, int]:
     for worker in worker_pids:
         for pid in descendants(worker):
             args = _cmdline(pid).split(b"\0")
-            if kill_tests.EXECUTOR_MAIN in _cmdline(pid) and b"--executor-id" in args and not _gone(pid):
+            if EXECUTOR_MAIN in _cmdline(pid) and b"--executor-id" in args and not process_gone(pid):
                 out[args[args.index(b"--executor-id") + 1].decode()] = pid
     return out
 
 
 def _cpu_ticks(pid: int) -> int:
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return int(fields[11]) + int(fields[12]) if fields else -1  # utime + stime
 
 
-def _python_workers(watch: _ExecutorWatch, jvm: int) -> list[int]:
+def _python_workers(watch: ExecutorWatch, jvm: int) -> list[int]:
     watch.relist()
     return [pid for pid, executor in watch.python.items() if executor == jvm]
 
@@ -254,7 +264,7 @@ def _freeze_tree(root: int) -> list[int]:
                 stopped.append(pid)
             except ProcessLookupError:
                 pass
-        _wait_stopped(frontier)
+        wait_stopped(frontier)
         frontier = [p for p in descendants(root) if p not in stopped]
     return stopped
 
@@ -266,7 +276,7 @@ def _kill_all(pids: list[int]) -> None:
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + 20
-    while not all(_gone(p) for p in pids):
+    while not all(process_gone(p) for p in pids):
         assert time.monotonic() < deadline, f"killed processes {pids} still alive after 20 s"
         time.sleep(0.01)
 
@@ -316,7 +326,7 @@ class Kill:
                 f"{_stage_kind(a.stage)} stage); files then: {self.files}")
 
 
-def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch, log: DriverLog, log_dir: Path,
+def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: ExecutorWatch, log: DriverLog, log_dir: Path,
               maps: list[str], t0: float) -> Kill | None:
     """Freeze the attempt's executor (first only its JVM, if its Python worker is to finish its task), check
     that the driver has not seen the attempt finish, note the files, kill. None if it was too late."""
@@ -332,7 +342,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch,
             os.kill(jvm, signal.SIGSTOP)
         except ProcessLookupError:
             return None
-        _wait_stopped([jvm])
+        wait_stopped([jvm])
         time.sleep(0.01)
         pythons = _python_workers(watch, jvm)  # a worker forked for this very task is listed now
         files["python_finished"] = _wait_idle(pythons, timeout_s=30)  # it may do all of the others' work too
@@ -347,7 +357,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: _ExecutorWatch,
             os.kill(pid, signal.SIGCONT)
         return None
     at_s = time.perf_counter() - t0
-    files.update({d.name: _in_flight(d) for d in sorted(log_dir.glob(f"{TOPIC}-*"))})
+    files.update({d.name: in_flight(d) for d in sorted(log_dir.glob(f"{TOPIC}-*"))})
     files["key_map_parts_saved"] = len(maps)
     _kill_all(stopped)
     return Kill(moment, at_s, attempt, jvm, stopped, files)
@@ -357,12 +367,13 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
                            scratch: Path, run_id: str, log4j: Path) -> tuple[JobRun, list[Kill], DriverLog]:
     t0 = time.perf_counter()
     driver_opts = f"-Dlog4j2.configurationFile=file:{log4j} {QUICK_JVM}"
-    proc = _start(spark, [log_dir], report, logs.now_ms, logs.wall_ms, master=url,
-                  conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
-                        f"spark.driver.extraJavaOptions={driver_opts}", f"spark.executor.extraJavaOptions={QUICK_JVM}"],
-                  job_args=["--scratch-dir", str(scratch), "--run-id", run_id, *_huge_path(log_dir)])
+    proc = start_job(spark, [log_dir], report, logs.now_ms, logs.wall_ms, master=url,
+                     conf=["spark.cores.max=2", "spark.scheduler.minRegisteredResourcesRatio=1.0",
+                           f"spark.driver.extraJavaOptions={driver_opts}",
+                           f"spark.executor.extraJavaOptions={QUICK_JVM}"],
+                     job_args=["--scratch-dir", str(scratch), "--run-id", run_id, *_huge_path(log_dir)])
     log = DriverLog(report.with_suffix(".stderr"))
-    watch = _ExecutorWatch(workers)
+    watch = ExecutorWatch(workers)
     kills: list[Kill] = []
     try:
         while proc.poll() is None:
@@ -401,12 +412,12 @@ def _run_killing_executors(spark: Spark, log_dir: Path, report: Path, logs: Logs
 def test_executors_killed_mid_stage_are_retried_to_the_same_bytes(tmp_path: Path, spark: Spark, logs: Logs,
                                                                          warm: subprocess.Popen[bytes]) -> None:
     started = time.perf_counter()
-    victim = _copy(logs.template, tmp_path / "victim" / "logs")
+    victim = copy_tree(logs.template, tmp_path / "victim" / "logs")
     scratch, run_id = tmp_path / "scratch", "split-kill-executors"
     log4j = tmp_path / "log4j2.properties"
     log4j.write_text(LOG4J2)
     quick = dataclasses.replace(spark, env=dict(spark.env, SPARK_DAEMON_JAVA_OPTS=QUICK_JVM))
-    with _standalone_cluster(quick, tmp_path / "cluster") as (url, cluster_pids):
+    with standalone_cluster_of(quick, tmp_path / "cluster") as (url, cluster_pids):
         cluster_s = time.perf_counter() - started
         _wait_warm(spark, warm)
         warm_s = time.perf_counter() - started
@@ -433,11 +444,11 @@ def test_executors_killed_mid_stage_are_retried_to_the_same_bytes(tmp_path: Path
 
     assert run.code == 0, run.explain()
     assert run.report["status"] == "ok" and run.report["totals"]["cleaned"] == len(PARTITIONS), run.explain()
-    _check_rounds(run, len(PARTITIONS), parts=2)
+    check_rounds(run, len(PARTITIONS), parts=2)
     for p in run.report["partitions"]:
         assert p["round"]["groups"] == len(logs.groups[p["partition"]]), p["round"]
         assert p["groups"] == [[old, new] for old, new in logs.groups[p["partition"]]]
-    assert _digest(victim) == _digest(logs.ref)
+    assert digest(victim) == digest(logs.ref)
     assert not any(scratch.iterdir()), sorted(scratch.rglob("*"))  # every partition's key maps are gone
     assert _leftovers(victim) == []
     verified = run_cli("verify", "--log-dir", str(victim))
@@ -452,14 +463,14 @@ def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Pa
     old segments (``first-swaps``). Returns that partition, every partition's files then, and when; None
     if this poller saw the moment too late (it shares two cores with the job's three busy processes)."""
     t0 = time.perf_counter()
-    proc = _start(spark, [log_dir], report, logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
-                  job_args=["--scratch-dir", str(scratch), "--run-id", run_id])
+    proc = start_job(spark, [log_dir], report, logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
+                     job_args=["--scratch-dir", str(scratch), "--run-id", run_id])
     dirs = [log_dir / f"{TOPIC}-{p}" for p in PARTITIONS]
     target = ""
     try:
         while proc.poll() is None:
             assert time.perf_counter() - t0 < JOB_TIMEOUT_S, "the job ran too long"
-            state = {d.name: _in_flight(d) for d in dirs}
+            state = {d.name: in_flight(d) for d in dirs}
             if moment == "group-stage":
                 if any(s["swapped_out"] for s in state.values()):
                     break  # too late
@@ -476,7 +487,7 @@ def _kill_job(spark: Spark, log_dir: Path, report: Path, logs: Logs, scratch: Pa
         kill_tree(proc)
     if proc.returncode != -signal.SIGKILL or not target:
         return None
-    return target, {d.name: _in_flight(d) for d in dirs}, at_s
+    return target, {d.name: in_flight(d) for d in dirs}, at_s
 
 
 @pytest.mark.parametrize("moment", ["group-stage", "first-swaps"])
@@ -486,7 +497,7 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
     # The poller shares two cores with the job: under load it can see the moment late (a partition's swaps
     # take a few ms). Every kill is checked for old-or-new; a kill that missed the moment is tried again.
     for attempt in range(1, ATTEMPTS + 1):
-        victim = _copy(logs.template, tmp_path / f"victim-{attempt}" / "logs")
+        victim = copy_tree(logs.template, tmp_path / f"victim-{attempt}" / "logs")
         scratch = tmp_path / f"scratch-{attempt}"
         killed_at = _kill_job(spark, victim, tmp_path / f"killed-{attempt}.json", logs, scratch, "killed", moment)
         if killed_at is None:
@@ -495,7 +506,7 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
         target, state, at_s = killed_at
         print(f"\n{moment}, attempt {attempt}: SIGKILLed the job at {at_s:.2f} s, {target} caught; files then "
               f"{state}")
-        counts = _recover_old_or_new(victim, logs.template, PARTITIONS, logs.before, logs.reference, logs.groups)
+        counts = recover_old_or_new(victim, logs.template, PARTITIONS, logs.before, logs.reference, logs.groups)
         assert _leftovers(victim) == []
         print(f"after recover: verify passes, no key lost; groups new/old per partition: {counts}")
         # The driver swaps one partition at a time: at most one is partly swapped in, whenever the kill lands.
@@ -511,27 +522,27 @@ def test_killing_the_job_recovers_old_or_new_and_a_rerun_finishes(tmp_path: Path
         pytest.fail(f"{ATTEMPTS} kills all missed the moment {moment}")
 
     # What the single-process cleaner makes of the recovered log dir, for the same clocks.
-    resumed = _copy(victim, tmp_path / "resumed" / "logs")
-    resumed_report = _compact_single_process(resumed, logs.now_ms, logs.wall_ms)
+    resumed = copy_tree(victim, tmp_path / "resumed" / "logs")
+    resumed_report = compact_single_process(resumed, logs.now_ms, logs.wall_ms)
     assert not resumed_report.failures
 
-    rerun = _submit(spark, [victim], tmp_path / "rerun.json", logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
-                    job_args=["--scratch-dir", str(scratch), "--run-id", "killed"])  # the killed run's id
+    rerun = submit_job(spark, [victim], tmp_path / "rerun.json", logs.now_ms, logs.wall_ms, conf=LOCAL_CONF,
+                       job_args=["--scratch-dir", str(scratch), "--run-id", "killed"])  # the killed run's id
     print(f"rerun: exit {rerun.code} after {rerun.seconds:.1f} s; cleaned "
           f"{[(p['partition'], p['status']) for p in rerun.report.get('partitions', [])]}")
     assert rerun.code == 0, rerun.explain()
-    _check_rounds(rerun, len(rerun.report["partitions"]))
+    check_rounds(rerun, len(rerun.report["partitions"]))
     assert not any(scratch.iterdir())  # no partition's key maps are left
     assert _leftovers(victim) == []
     for p in PARTITIONS:
-        assert _records(victim, p) == logs.reference[p], f"partition {p}: not the single-process cleaner's records"
+        assert read_records(victim, p) == logs.reference[p], f"partition {p}: not the single-process cleaner's records"
     # Byte for byte what the single-process cleaner makes of the same recovered log dir; and, where the kill
     # swapped no group in, of the untouched one too. (A partition with some groups swapped in is recleaned
     # with those groups' smaller segments grouped anew, by either cleaner: same records, other segments.)
-    assert _digest(victim) == _digest(resumed)
-    same = {p: _digest(victim / f"{TOPIC}-{p}") == _digest(logs.ref / f"{TOPIC}-{p}") for p in PARTITIONS}
+    assert digest(victim) == digest(resumed)
+    same = {p: digest(victim / f"{TOPIC}-{p}") == digest(logs.ref / f"{TOPIC}-{p}") for p in PARTITIONS}
     print(f"byte for byte the single-process result from the template, per partition: {same}")
     assert all(same[p] for p, (new, _old) in counts.items() if not new), same
     if moment == "group-stage":
-        assert _digest(victim) == _digest(logs.ref)
+        assert digest(victim) == digest(logs.ref)
     assert run_cli("verify", "--log-dir", str(victim)).code == 0

@@ -31,7 +31,6 @@ How Kafka's calls are stood for:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -42,53 +41,20 @@ from typing import Any
 import pytest
 from kafka.record import MemoryRecords
 from kafka_log import DAY, HOUR, MIN, T0, ScenarioLog
+from log_cleaner_helpers import SURFACES, digest, end_offset, fill_until, kafka_log, leo, with_broker
 
 from kafkalog.errors import KafkaLogError
 from kafkalog.log import names
-from kafkalog.log.segment import LogSegment
 from kafkalog.log.store import LogStore
 
-SURFACES = ["cli", "spark-tasks"]
 LARGE = T0 + 20 * DAY  # Kafka's largeTimestamp: long after every record (within STILL_ACTIVE)
 LATEST = T0 + 22 * DAY  # Kafka's Long.MaxValue: after every horizon stamped at LARGE
-# LogCleanerTest runs on a clock that stands still, so no producer ever expires there; kafkalog's rounds
-# run at their own clock, which expires a producer idle for producer.id.expiration.ms. Every log here
-# has it at its maximum (about 24.8 days) and is cleaned within it.
-STILL_ACTIVE: dict[str, str | int] = {"producer_id_expiration_ms": 2**31 - 1}
 COMMIT_KEY = struct.pack(">hh", 0, 1)  # the key of a COMMIT control record (version 0, type 1)
 
 Row = tuple[str | bytes | None, str | bytes | None]
 
 
 # --- building logs as LogCleanerTest does -------------------------------------------------------------
-def kafka_log(tmp_path: Path, name: str = "logs", **configs: str | int) -> ScenarioLog:
-    """LogCleanerTest's ``logConfig``: segment.bytes=1024, segment.index.bytes=1024, compact; then
-    the test's own overrides."""
-    settings: dict[str, str | int] = {"cleanup_policy": "compact", "segment_bytes": 1024, "segment_index_bytes": 1024}
-    settings.update(configs)
-    return ScenarioLog(tmp_path / name, broker=STILL_ACTIVE, **settings)
-
-
-def with_broker(log: ScenarioLog, monkeypatch: pytest.MonkeyPatch, **props: str | int) -> None:
-    """Broker settings (server.properties) for both surfaces: the CLI reads ``$KAFKALOG_CONFIG``, the
-    Spark tasks the store's broker config."""
-    log.set_broker(**{**STILL_ACTIVE, **props})
-    assert log.broker_file is not None
-    monkeypatch.setenv("KAFKALOG_CONFIG", str(log.broker_file))  # for the CLI run without the harness
-
-
-def leo(log: ScenarioLog) -> int:
-    return log.store.open_log(log.location, read_only=True).log_end_offset
-
-
-def fill_until(log: ScenarioLog, segments: int, row: Any = None) -> None:
-    """Append one record a batch until the log has ``segments`` segments; ``row(offset)`` gives the
-    (key, value), by default Kafka's ``record(offset, offset)``."""
-    while len(log.segment_bases()) < segments:
-        offset = leo(log)
-        log.append_each([row(offset) if row else (str(offset), str(offset))])
-
-
 class Producer:
     """Kafka's ``appendTransactionalAsLeader``/``appendIdempotentAsLeader`` closure: one batch of the
     given keys (value = key) a call, its sequence continuing from the previous call's."""
@@ -111,11 +77,6 @@ def reclean(log: ScenarioLog, now: int, surface: str) -> dict[str, Any]:
     return log.clean(now, 0, surface=surface)
 
 
-def end_offset(report: dict[str, Any]) -> int:
-    (cleaned,) = report["cleaned"]
-    return int(cleaned["end_offset"])
-
-
 def last_sequences(log: ScenarioLog) -> dict[int, int]:
     """Kafka's ``lastSequencesInLog``: producer id -> last sequence of its data batches."""
     return {b.producer_id: b.base_sequence + b.last_offset - b.base_offset
@@ -136,16 +97,6 @@ def round_stats(log: ScenarioLog) -> dict[str, Any]:
 
 def segment_sizes(log: ScenarioLog) -> dict[int, int]:
     return {b: names.log_file(log.directory, b).stat().st_size for b in log.segment_bases()}
-
-
-def digest(directory: Path) -> dict[str, str]:
-    """sha256 of every file of a partition dir (kafkalog's lock files aside)."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())
-            if p.is_file() and not p.name.startswith(".kafkalog")}
-
-
-def open_segments(log: ScenarioLog) -> list[LogSegment]:
-    return list(log.store.open_log(log.location, read_only=True).segments)
 
 
 # --- the basics -----------------------------------------------------------------------------------------

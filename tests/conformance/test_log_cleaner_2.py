@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kafka_log import DAY, MAX_INT, T0, ScenarioLog
-from test_log_cleaner import SURFACES, digest, end_offset, fill_until, kafka_log, leo, open_segments, with_broker
+from log_cleaner_helpers import SURFACES, digest, end_offset, fill_until, kafka_log, leo, open_segments, with_broker
 
 from kafkalog.errors import CleanerError
 from kafkalog.format.batch import Record, build_batch

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cleaner_helpers import DAY, T0, clean, live_digest, new_store, put, read_log
 from conftest import run_cli, tree_digest
 from kafka.codec import gzip_encode, lz4_encode, lz4_encode_old_kafka, snappy_encode
 from kafka.record import MemoryRecords as KafkaPythonMemoryRecords
-from test_cleaner import DAY, T0, clean, live_digest, new_store, put, read_log
 
 from kafkalog.errors import CleanerError
 from kafkalog.format import compression, legacy

@@ -10,16 +10,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cleaner import (
+from cleaner_helpers import (
     BROKER,
     DAY,
     T0,
-    _mixed_log,
     clean,
     cleaner_checkpoint,
     latest_values,
     live_digest,
     marker,
+    mixed_log,
     new_store,
     produce,
     put,
@@ -38,7 +38,7 @@ from kafkalog.tools.verify import verify_store
 
 def _two_rounds_of_data(tmp_path: Path) -> tuple[LogStore, Path]:
     store, loc = new_store(tmp_path / "logs", segment_bytes="1024")
-    _mixed_log(store, loc)
+    mixed_log(store, loc)
     clean(store, loc, now=T0)  # a first round: the next one recopies a clean prefix too
     with store.writable_log(loc) as log:
         put(log, [(f"k{i % 40}", None if i % 9 == 0 else f"again-{i}") for i in range(300)], batch_records=3)
@@ -49,7 +49,7 @@ def _two_rounds_of_data(tmp_path: Path) -> tuple[LogStore, Path]:
 def _data(tmp_path: Path, first_round: bool) -> tuple[LogStore, Path]:
     if first_round:  # aborted transactions in the range
         store, loc = new_store(tmp_path / "logs", segment_bytes="1024")
-        _mixed_log(store, loc)
+        mixed_log(store, loc)
         return store, tmp_path / "logs"
     return _two_rounds_of_data(tmp_path)  # a clean prefix below the dirty range
 

@@ -1,5 +1,5 @@
-"""Helpers shared by the pipeline tests: Airflow's environment, ``dag.test()`` in a subprocess, and
-comparing log dirs file by file."""
+"""Helpers shared by the pipeline tests: Airflow's environment, ``dag.test()`` in a subprocess,
+comparing log dirs file by file, and what every driver says when the broker file disables the cleaner."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ RUNNER = Path(__file__).with_name("dag_test_runner.py")
 # Not part of a log's content: locks, the journal (who ran when), and files marked for deletion, which
 # no reader sees and which the sweep removes on its own clock.
 NOT_COMPARED = {names.JOURNAL_FILE, names.PARTITION_LOCK_FILE, names.CLEANER_LOCK_FILE, names.ADMIN_LOCK_FILE}
+# What every driver says with the cleaner disabled (log.cleaner.enable=false in the broker file).
+OFF = "log.cleaner.enable=false"
+NO_COMPACTION = f"cleaner-disabled: {OFF}: no log cleaner runs, so no log is compacted"
+NO_RETENTION = (f"cleaner-disabled: {OFF}: no log cleaner runs, and a compacted topic's retention runs in the "
+                "log cleaner")
+REFUSED = (f"{OFF} in the broker config: no log cleaner runs, so nothing is compacted; set log.cleaner.enable=true "
+           "to compact")
 
 
 def require_spark() -> None:

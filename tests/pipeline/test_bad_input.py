@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import tree_digest
-from synthetic import CHANGELOG, EVENTS, HOUR_MS, build_store
+from synthetic import CHANGELOG, EVENTS, NOW_MS, build_store, corrupt_compacted_store, delete_topic
 
 from kafkalog.cycle import compaction, report, steps
 from kafkalog.cycle.documents import PlanError, write_json
@@ -36,7 +36,6 @@ from kafkalog.log import names
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.store import LogStore
 
-NOW_MS = int(time.time() * 1000) - 60_000
 ROOT_REFUSED = ("log directory / is the filesystem root: every top-level directory would be taken for a partition; "
                 "name a directory of its own")
 
@@ -167,20 +166,11 @@ def test_the_report_names_the_cause_and_never_claims_what_was_not_done() -> None
 
 
 # --- item 9: a long file.delete.delay.ms never holds the cycle open ----------------------------------------
-def _delete_topic(store: LogStore, name: str, delay_ms: int) -> None:
-    """Four hourly segments, the oldest two past retention.ms (2.5 h)."""
-    store.create_topic(name, 1, {"retention.ms": str(5 * HOUR_MS // 2), "file.delete.delay.ms": str(delay_ms)})
-    with store.writable_log(store.locate(name, 0)) as log:
-        for i in range(4):
-            log.append_records([(b"k", f"{name} {i}".encode(), (), NOW_MS - (4 - i) * HOUR_MS)], now_ms=NOW_MS)
-            log.roll()
-
-
 def test_the_wait_never_outlasts_the_cycles_interval(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     store = LogStore([logs], create_missing=True)
-    _delete_topic(store, "quick", 1000)
-    _delete_topic(store, "slow", 86_400_000)  # a legal day
+    delete_topic(store, "quick", 1000)
+    delete_topic(store, "slow", 86_400_000)  # a legal day
     broker = _broker(tmp_path, "log.retention.check.interval.ms=30000\n")
     run_dir = tmp_path / "run"
     scan = steps.scan_partitions(run_dir, _settings(logs, config_file=broker))
@@ -204,20 +194,6 @@ def test_the_wait_never_outlasts_the_cycles_interval(tmp_path: Path) -> None:
 
 
 # --- item 10: a dry run reads what the real run reads ----------------------------------------------------
-def corrupt_compacted_store(log_dir: Path, now_ms: int) -> LogStore:
-    """``cl``: one compacted partition whose first (inactive, dirty) segment has a batch whose CRC fails."""
-    store = LogStore([log_dir], create_missing=True)
-    store.create_topic("cl", 1, {"cleanup.policy": "compact", "segment.bytes": "4096"})
-    with store.writable_log(store.locate("cl", 0)) as log:
-        log.append_records([(f"k{i % 20}".encode(), f"v{i}".encode(), (), now_ms - HOUR_MS + i) for i in range(400)],
-                           batch_records=10, now_ms=now_ms)
-    first = log_dir / "cl-0" / "00000000000000000000.log"
-    data = bytearray(first.read_bytes())
-    data[100] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
-    first.write_bytes(bytes(data))
-    return store
-
-
 def test_a_dry_run_fails_the_partition_the_real_compaction_fails_on(tmp_path: Path) -> None:
     logs, copy = tmp_path / "logs", tmp_path / "copy"
     corrupt_compacted_store(logs, NOW_MS)

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 from conftest import tree_digest
 from helpers import dag_test, migrated_env, require_spark, run_dir
-from synthetic import CHANGELOG, build_store
-from test_bad_input import _delete_topic, corrupt_compacted_store
+from synthetic import CHANGELOG, build_store, corrupt_compacted_store, delete_topic
 
 from kafkalog.cycle import compaction
 from kafkalog.cycle.documents import read_json
@@ -81,8 +80,8 @@ def test_a_day_long_file_delete_delay_does_not_hold_the_cycle_open(env: dict[str
     now_ms = int(time.time() * 1000) - 60_000
     log_dir = tmp_path / "logs"
     store = LogStore([log_dir], create_missing=True)
-    _delete_topic(store, "quick", 1000)
-    _delete_topic(store, "slow", 86_400_000)
+    delete_topic(store, "quick", 1000)
+    delete_topic(store, "slow", 86_400_000)
     broker = tmp_path / "server.properties"
     broker.write_text("log.retention.check.interval.ms=30000\n")
     run = dag_test(env, "kafkalog_cleanup", now_ms, {"log_dirs": [str(log_dir)], "config_file": str(broker)},

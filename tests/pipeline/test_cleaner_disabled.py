@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import run_cli, tree_digest
-from helpers import REPO, airflow_env
+from helpers import NO_COMPACTION, NO_RETENTION, OFF, REFUSED, REPO, airflow_env
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
 
 from kafkalog.airflow import log_store_detail
@@ -30,12 +30,6 @@ from kafkalog.log.config import BrokerConfig
 from kafkalog.log.store import LogStore
 from kafkalog.tools.status import status_rows
 
-OFF = "log.cleaner.enable=false"
-NO_COMPACTION = f"cleaner-disabled: {OFF}: no log cleaner runs, so no log is compacted"
-NO_RETENTION = (f"cleaner-disabled: {OFF}: no log cleaner runs, and a compacted topic's retention runs in the "
-                "log cleaner")
-REFUSED = (f"{OFF} in the broker config: no log cleaner runs, so nothing is compacted; set log.cleaner.enable=true "
-           "to compact")
 COMPACTED = [(CHANGELOG, 0), (CHANGELOG, 1), (SESSIONS, 0)]
 
 

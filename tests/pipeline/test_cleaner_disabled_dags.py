@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 from conftest import tree_digest
-from helpers import dag_test, migrated_env
+from helpers import NO_COMPACTION, NO_RETENTION, OFF, REFUSED, dag_test, migrated_env
 from synthetic import CHANGELOG, EVENTS, SESSIONS, build_store
-from test_cleaner_disabled import NO_COMPACTION, NO_RETENTION, OFF, REFUSED
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 

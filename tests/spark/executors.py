@@ -117,11 +117,11 @@ class ExecutorWatch:
                 for name, claim in sorted(open_outputs(pid, self.log_dir))]
 
 
-def kill_executor(executor: int) -> list[int]:
-    """SIGSTOP the executor JVM, then its descendants until no new one appears (so nothing forks or is
-    orphaned meanwhile), then SIGKILL them all by id and wait until they are gone."""
+def freeze_tree(root: int) -> list[int]:
+    """SIGSTOP ``root``, then its descendants until no new one appears (so nothing forks or is orphaned
+    meanwhile); returns them all."""
     stopped: list[int] = []
-    frontier = [executor]
+    frontier = [root]
     while frontier:
         for pid in frontier:
             try:
@@ -130,7 +130,14 @@ def kill_executor(executor: int) -> list[int]:
             except ProcessLookupError:
                 pass
         wait_stopped(frontier)
-        frontier = [p for p in descendants(executor) if p not in stopped]
+        frontier = [p for p in descendants(root) if p not in stopped]
+    return stopped
+
+
+def kill_executor(executor: int) -> list[int]:
+    """Freeze the executor JVM's whole tree (``freeze_tree``), then SIGKILL it by id and wait until every
+    process of it is gone."""
+    stopped = freeze_tree(executor)
     for pid in stopped:
         try:
             os.kill(pid, signal.SIGKILL)

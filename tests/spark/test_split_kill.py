@@ -52,6 +52,7 @@ from executors import (
     EXECUTOR_MAIN,
     QUICK_JVM,
     ExecutorWatch,
+    freeze_tree,
     in_flight,
     process_gone,
     stat_fields,
@@ -253,22 +254,6 @@ def _python_workers(watch: ExecutorWatch, jvm: int) -> list[int]:
     return [pid for pid, executor in watch.python.items() if executor == jvm]
 
 
-def _freeze_tree(root: int) -> list[int]:
-    """SIGSTOP ``root``, then its descendants until no new one appears; returns them all."""
-    stopped: list[int] = []
-    frontier = [root]
-    while frontier:
-        for pid in frontier:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-            except ProcessLookupError:
-                pass
-        wait_stopped(frontier)
-        frontier = [p for p in descendants(root) if p not in stopped]
-    return stopped
-
-
 def _kill_all(pids: list[int]) -> None:
     for pid in pids:
         try:
@@ -349,7 +334,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: ExecutorWatch, 
         if not files["python_finished"]:
             os.kill(jvm, signal.SIGCONT)
             return None
-    stopped = _freeze_tree(jvm)
+    stopped = freeze_tree(jvm)
     time.sleep(0.05)  # a result sent just before the freeze reaches the driver by now
     log.poll()
     if attempt.state != "running":  # it finished after all: let it be

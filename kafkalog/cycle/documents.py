@@ -59,6 +59,8 @@ def read_json(path: Path | str) -> Doc:
 
 
 # --- strict reading ------------------------------------------------------------------------------------
+# check_keys: an object with exactly these keys; as_int/as_str/as_list/as_number/as_bool: the value of ``key``
+# if it is of that kind, else a PlanError naming ``where`` and ``key``. The run-dir documents read with them.
 def check_keys(doc: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> Mapping[str, Any]:
     if not isinstance(doc, dict):
         raise PlanError(f"{where}: expected an object, not {json.dumps(doc)[:100]}")
@@ -71,7 +73,7 @@ def check_keys(doc: Any, where: str, required: Sequence[str], optional: Sequence
     return doc
 
 
-def _int(value: Any, where: str, key: str, *, minimum: int | None = None, nullable: bool = False) -> Any:
+def as_int(value: Any, where: str, key: str, *, minimum: int | None = None, nullable: bool = False) -> Any:
     if value is None and nullable:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or (minimum is not None and value < minimum):
@@ -80,7 +82,7 @@ def _int(value: Any, where: str, key: str, *, minimum: int | None = None, nullab
     return value
 
 
-def _str(value: Any, where: str, key: str, *, nullable: bool = False) -> Any:
+def as_str(value: Any, where: str, key: str, *, nullable: bool = False) -> Any:
     if value is None and nullable:
         return None
     if not isinstance(value, str):
@@ -88,19 +90,19 @@ def _str(value: Any, where: str, key: str, *, nullable: bool = False) -> Any:
     return value
 
 
-def _list(value: Any, where: str, key: str) -> list[Any]:
+def as_list(value: Any, where: str, key: str) -> list[Any]:
     if not isinstance(value, list):
         raise PlanError(f"{where}: {key} must be a list, not {json.dumps(value)[:100]}")
     return value
 
 
-def _number(value: Any, where: str, key: str) -> float:
+def as_number(value: Any, where: str, key: str) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise PlanError(f"{where}: {key} must be a number, not {json.dumps(value)}")
     return float(value)
 
 
-def _bool(value: Any, where: str, key: str) -> bool:
+def as_bool(value: Any, where: str, key: str) -> bool:
     if not isinstance(value, bool):
         raise PlanError(f"{where}: {key} must be true or false, not {json.dumps(value)}")
     return value
@@ -157,8 +159,8 @@ class PartitionError:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> PartitionError:
         d = check_keys(doc, where, ("topic", "partition", "error"), ("locked",))
-        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
-                   _str(d["error"], where, "error"), _bool(d.get("locked", False), where, "locked"))
+        return cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),
+                   as_str(d["error"], where, "error"), as_bool(d.get("locked", False), where, "locked"))
 
 
 def error_entry(topic: str, partition: int, error: str, *, locked: bool = False) -> Doc:
@@ -167,7 +169,7 @@ def error_entry(topic: str, partition: int, error: str, *, locked: bool = False)
 
 
 def _errors(value: Any, where: str) -> tuple[PartitionError, ...]:
-    return tuple(PartitionError.from_json(e, f"{where}[{i}]") for i, e in enumerate(_list(value, where, "errors")))
+    return tuple(PartitionError.from_json(e, f"{where}[{i}]") for i, e in enumerate(as_list(value, where, "errors")))
 
 
 # --- retention -----------------------------------------------------------------------------------------
@@ -184,9 +186,10 @@ class SegmentDeletion:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> SegmentDeletion:
         d = check_keys(doc, where, [f.name for f in fields(cls)])
-        return cls(_int(d["base_offset"], where, "base_offset", minimum=0),
-                   _int(d["next_offset"], where, "next_offset", minimum=0), _int(d["bytes"], where, "bytes", minimum=0),
-                   _str(d["reason"], where, "reason"), _str(d["detail"], where, "detail"))
+        return cls(as_int(d["base_offset"], where, "base_offset", minimum=0),
+                   as_int(d["next_offset"], where, "next_offset", minimum=0),
+                   as_int(d["bytes"], where, "bytes", minimum=0),
+                   as_str(d["reason"], where, "reason"), as_str(d["detail"], where, "detail"))
 
 
 @dataclass(frozen=True)
@@ -209,13 +212,13 @@ class PartitionRetention:
         d = check_keys(doc, where, [f.name for f in fields(cls)])
         where = f"{where} ({d.get('topic')}-{d.get('partition')})"
         segments = tuple(SegmentDeletion.from_json(s, f"{where} segments[{i}]")
-                         for i, s in enumerate(_list(d["segments"], where, "segments")))
-        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
-                   _str(d["log_dir"], where, "log_dir"), _int(d["now_ms"], where, "now_ms", minimum=0), segments,
-                   _int(d["bytes"], where, "bytes", minimum=0), _bool(d["roll_first"], where, "roll_first"),
-                   _int(d["log_start_offset_before"], where, "log_start_offset_before", minimum=0),
-                   _int(d["log_start_offset_after"], where, "log_start_offset_after", minimum=0),
-                   tuple(_str(b, where, "blocked_by") for b in _list(d["blocked_by"], where, "blocked_by")))
+                         for i, s in enumerate(as_list(d["segments"], where, "segments")))
+        return cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),
+                   as_str(d["log_dir"], where, "log_dir"), as_int(d["now_ms"], where, "now_ms", minimum=0), segments,
+                   as_int(d["bytes"], where, "bytes", minimum=0), as_bool(d["roll_first"], where, "roll_first"),
+                   as_int(d["log_start_offset_before"], where, "log_start_offset_before", minimum=0),
+                   as_int(d["log_start_offset_after"], where, "log_start_offset_after", minimum=0),
+                   tuple(as_str(b, where, "blocked_by") for b in as_list(d["blocked_by"], where, "blocked_by")))
 
 
 @dataclass(frozen=True)
@@ -239,10 +242,10 @@ class RetentionPlanDocument:
         _header(doc, where, cls.KIND)
         d = check_keys(doc, where, ("version", "kind", "now_ms", "log_dirs", "partitions", "errors"),
                        REPORT_KEYS[cls.KIND])
-        log_dirs = tuple(_str(x, where, "log_dirs") for x in _list(d["log_dirs"], where, "log_dirs"))
+        log_dirs = tuple(as_str(x, where, "log_dirs") for x in as_list(d["log_dirs"], where, "log_dirs"))
         partitions = tuple(PartitionRetention.from_json(p, f"{where}: partitions[{i}]")
-                           for i, p in enumerate(_list(d["partitions"], where, "partitions")))
-        return cls(_int(d["now_ms"], where, "now_ms", minimum=0), log_dirs, partitions,
+                           for i, p in enumerate(as_list(d["partitions"], where, "partitions")))
+        return cls(as_int(d["now_ms"], where, "now_ms", minimum=0), log_dirs, partitions,
                    _errors(d["errors"], f"{where}: errors"))
 
     @property
@@ -270,14 +273,15 @@ class CompactionTarget:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> CompactionTarget:
         d = check_keys(doc, where, [f.name for f in fields(cls)])
-        target = cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
-                     _str(d["log_dir"], where, "log_dir"),
-                     _int(d["first_dirty_offset"], where, "first_dirty_offset", minimum=0),
-                     _int(d["first_uncleanable_offset"], where, "first_uncleanable_offset", minimum=0),
-                     _int(d["cleanable_bytes"], where, "cleanable_bytes", minimum=0),
-                     _int(d["total_bytes"], where, "total_bytes", minimum=0),
-                     _number(d["dirty_ratio"], where, "dirty_ratio"),
-                     _str(d["trigger"], where, "trigger", nullable=True), _str(d["limited_by"], where, "limited_by"))
+        target = cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),
+                     as_str(d["log_dir"], where, "log_dir"),
+                     as_int(d["first_dirty_offset"], where, "first_dirty_offset", minimum=0),
+                     as_int(d["first_uncleanable_offset"], where, "first_uncleanable_offset", minimum=0),
+                     as_int(d["cleanable_bytes"], where, "cleanable_bytes", minimum=0),
+                     as_int(d["total_bytes"], where, "total_bytes", minimum=0),
+                     as_number(d["dirty_ratio"], where, "dirty_ratio"),
+                     as_str(d["trigger"], where, "trigger", nullable=True),
+                     as_str(d["limited_by"], where, "limited_by"))
         if target.first_uncleanable_offset < target.first_dirty_offset:
             raise PlanError(f"{where}: {target.topic}-{target.partition} [{target.first_dirty_offset}, "
                             f"{target.first_uncleanable_offset}) is not a valid range")
@@ -295,8 +299,8 @@ class CheckpointResetEntry:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> CheckpointResetEntry:
         d = check_keys(doc, where, ("topic", "partition", "offset"))
-        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
-                   _int(d["offset"], where, "offset", minimum=0))
+        return cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),
+                   as_int(d["offset"], where, "offset", minimum=0))
 
 
 @dataclass(frozen=True)
@@ -311,8 +315,8 @@ class NotSelected:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> NotSelected:
         d = check_keys(doc, where, ("topic", "partition", "kind", "reason"))
-        return cls(_str(d["topic"], where, "topic"), _int(d["partition"], where, "partition", minimum=0),
-                   _str(d["kind"], where, "kind"), _str(d["reason"], where, "reason"))
+        return cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),
+                   as_str(d["kind"], where, "kind"), as_str(d["reason"], where, "reason"))
 
 
 @dataclass(frozen=True)
@@ -343,19 +347,19 @@ class CompactionPlanDocument:
         d = check_keys(doc, where, ("version", "kind", "now_ms", "topic", "partitions", "selected", "checkpoint_resets",
                                "not_selected", "errors"), REPORT_KEYS[cls.KIND])
         partitions = None if d["partitions"] is None else tuple(
-            _int(p, where, "partitions", minimum=0) for p in _list(d["partitions"], where, "partitions"))
+            as_int(p, where, "partitions", minimum=0) for p in as_list(d["partitions"], where, "partitions"))
         selected = tuple(CompactionTarget.from_json(s, f"{where}: selected[{i}]")
-                         for i, s in enumerate(_list(d["selected"], where, "selected")))
+                         for i, s in enumerate(as_list(d["selected"], where, "selected")))
         seen: set[tuple[str, int]] = set()
         for target in selected:
             if (target.topic, target.partition) in seen:
                 raise PlanError(f"{where}: {target.topic}-{target.partition} is selected twice")
             seen.add((target.topic, target.partition))
         resets = tuple(CheckpointResetEntry.from_json(r, f"{where}: checkpoint_resets[{i}]")
-                       for i, r in enumerate(_list(d["checkpoint_resets"], where, "checkpoint_resets")))
+                       for i, r in enumerate(as_list(d["checkpoint_resets"], where, "checkpoint_resets")))
         not_selected = tuple(NotSelected.from_json(n, f"{where}: not_selected[{i}]")
-                             for i, n in enumerate(_list(d["not_selected"], where, "not_selected")))
-        return cls(_int(d["now_ms"], where, "now_ms", minimum=0), _str(d["topic"], where, "topic", nullable=True),
+                             for i, n in enumerate(as_list(d["not_selected"], where, "not_selected")))
+        return cls(as_int(d["now_ms"], where, "now_ms", minimum=0), as_str(d["topic"], where, "topic", nullable=True),
                    partitions, selected, resets, not_selected, _errors(d["errors"], f"{where}: errors"))
 
 

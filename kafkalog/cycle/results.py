@@ -14,10 +14,10 @@ from typing import Any, ClassVar, TypeVar
 from kafkalog.cycle.documents import (
     Doc,
     PlanError,
-    _bool,
-    _int,
-    _list,
-    _str,
+    as_bool,
+    as_int,
+    as_list,
+    as_str,
     check_keys,
     check_version_and_keys,
     read_json,
@@ -178,12 +178,12 @@ class CompactionJobReport:
         if doc["status"] not in JOB_STATUSES:
             raise PlanError(f"{where}: status {doc['status']!r} is not one of {', '.join(JOB_STATUSES)}")
         outcomes = []
-        for i, p in enumerate(_list(doc["partitions"], where, "partitions")):
+        for i, p in enumerate(as_list(doc["partitions"], where, "partitions")):
             entry = f"{where}: partitions[{i}]"
             check_keys(p, entry, JOB_PARTITION_KEYS, JOB_PARTITION_OPTIONAL_KEYS)
             outcomes.append(CompactionOutcome(
-                _str(p["topic"], entry, "topic"), _int(p["partition"], entry, "partition"), _bool(p["ok"], entry, "ok"),
-                str(p["status"]), p["error"], p.get("stats")))
+                as_str(p["topic"], entry, "topic"), as_int(p["partition"], entry, "partition"),
+                as_bool(p["ok"], entry, "ok"), str(p["status"]), p["error"], p.get("stats")))
         targets = (doc.get("plan") or {}).get("targets", [])
         return cls(doc["status"], doc.get("error"), tuple(outcomes), dict(doc["totals"]),
                    tuple(sorted({t["topic"] for t in targets})))

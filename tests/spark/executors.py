@@ -134,19 +134,23 @@ def freeze_tree(root: int) -> list[int]:
     return stopped
 
 
-def kill_executor(executor: int) -> list[int]:
-    """Freeze the executor JVM's whole tree (``freeze_tree``), then SIGKILL it by id and wait until every
-    process of it is gone."""
-    stopped = freeze_tree(executor)
-    for pid in stopped:
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL ``pids`` by id and wait (20 s at most) until every one is gone."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + 20
-    while not all(process_gone(p) for p in stopped):
-        assert time.monotonic() < deadline, f"killed processes {stopped} still alive after 20 s"
+    while not all(process_gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"killed processes {pids} still alive after 20 s"
         time.sleep(0.01)
+
+
+def kill_executor(executor: int) -> list[int]:
+    """Freeze the executor JVM's whole tree (``freeze_tree``), then kill it all (``kill_all``)."""
+    stopped = freeze_tree(executor)
+    kill_all(stopped)
     return stopped
 
 

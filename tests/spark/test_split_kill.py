@@ -54,6 +54,7 @@ from executors import (
     ExecutorWatch,
     freeze_tree,
     in_flight,
+    kill_all,
     process_gone,
     stat_fields,
     wait_stopped,
@@ -254,18 +255,6 @@ def _python_workers(watch: ExecutorWatch, jvm: int) -> list[int]:
     return [pid for pid, executor in watch.python.items() if executor == jvm]
 
 
-def _kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 20
-    while not all(process_gone(p) for p in pids):
-        assert time.monotonic() < deadline, f"killed processes {pids} still alive after 20 s"
-        time.sleep(0.01)
-
-
 def _wait_idle(pids: list[int], timeout_s: float = 5.0) -> bool:
     """True once none of ``pids`` has used CPU for 0.15 s (its task done, blocked on the frozen JVM)."""
     deadline = time.monotonic() + timeout_s
@@ -344,7 +333,7 @@ def _try_kill(moment: Moment, attempt: Attempt, jvm: int, watch: ExecutorWatch, 
     at_s = time.perf_counter() - t0
     files.update({d.name: in_flight(d) for d in sorted(log_dir.glob(f"{TOPIC}-*"))})
     files["key_map_parts_saved"] = len(maps)
-    _kill_all(stopped)
+    kill_all(stopped)
     return Kill(moment, at_s, attempt, jvm, stopped, files)
 
 

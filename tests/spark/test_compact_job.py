@@ -132,7 +132,7 @@ def test_locked_and_corrupt_partitions_are_reported_and_left_untouched(tmp_path:
 
     with cleaner_lock(locked, timeout_s=0):  # another cleaner is busy with partition 1
         run = submit_job(spark, [distributed], tmp_path / "report.json", now_ms, wall_ms,
-                            job_args=["--plan", str(plan)])
+                         job_args=["--plan", str(plan)])
     print_timings(f"local[2], --plan, locked + corrupt ({damaged} segment)", run)
     assert run.code == 2, run.explain()
     by_partition = {p["partition"]: p for p in run.report["partitions"]}

@@ -148,7 +148,7 @@ def _cycle() -> None:
                                        doc_md="Defers on the wall clock until this run's marks are due.")
     deleted = delete_marked()
     selected = select_dirtiest_logs()
-    compact = CompactLogsOperator(task_id="compact", selection=selected, execution_timeout=datetime.timedelta(hours=6),
+    compact = CompactLogsOperator(task_id="compact", execution_timeout=datetime.timedelta(hours=6),
                                   doc_md="The Spark compaction job on the cycle's plan (spark_default).")
     marks >> wait >> deleted
     scan >> selected

@@ -68,7 +68,7 @@ def kafkalog_compact() -> None:
         return compaction
 
     planned = plan_compaction()
-    compact = CompactLogsOperator(task_id="compact", selection=planned, execution_timeout=datetime.timedelta(hours=6),
+    compact = CompactLogsOperator(task_id="compact", execution_timeout=datetime.timedelta(hours=6),
                                   doc_md="The Spark compaction job on the plan (spark_default).")
     planned >> compact >> report()
 

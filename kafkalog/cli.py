@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from kafkalog.cycle import compaction, retention
+from kafkalog.cycle.documents import plain
 from kafkalog.errors import ConfigError, KafkaLogError
 from kafkalog.log import shares
 from kafkalog.log.config import BrokerConfig, describe
@@ -385,8 +386,8 @@ def cmd_retention(args: argparse.Namespace) -> int:
     if args.action == "apply":
         _progress(args, "retention apply: marking")
         applied = retention.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
-        doc["applied"] = applied["applied"]
-        failures += applied["errors"]
+        doc["applied"] = plain(applied.applied)
+        failures += plain(applied.errors)
         doc["errors"] = failures
     _progress_done(args)
     if args.json:

@@ -696,7 +696,7 @@ def totals(partitions: list[Doc]) -> dict[str, int]:
     out = {"partitions": len(partitions), "cleaned": 0, "locked": 0, "failed": 0}
     for p in partitions:
         out[p["status"] if p["status"] in ("cleaned", "locked") else "failed"] += 1
-    return out | {key: sum(int((p.get("stats") or {}).get(key, 0)) for p in partitions) for key in SUMMED}
+    return out | {key: sum(int(p["stats"][key]) for p in partitions if p["status"] == "cleaned") for key in SUMMED}
 
 
 def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
@@ -743,8 +743,8 @@ def run(args: argparse.Namespace, doc: Doc, t0: float) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     args = parse_args(argv)
-    doc: Doc = {"version": JOB_REPORT_VERSION, "status": "refused", "started_at": t0, "timings": {},
-                "partitions": [], "totals": totals([])}
+    doc: Doc = {"version": JOB_REPORT_VERSION, "status": "refused", "error": None, "plan": None, "started_at": t0,
+                "timings": {}, "partitions": [], "totals": totals([])}
     code, report = EXIT_REFUSED, None
     try:
         report = report_path(args)

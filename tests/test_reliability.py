@@ -387,7 +387,7 @@ def test_a_symlinked_partition_dir_is_reported_by_every_command_and_never_follow
     assert rows[("u", 1)]["quarantined"] and rows[("u", 1)]["blocked_by"] == [f"corrupt: {refusal}"]
 
     code, plan = _plan(log_dir)
-    assert code == 1 and plan["errors"] == [{"topic": "u", "partition": 1, "error": refusal}]
+    assert code == 1 and plan["errors"] == [{"topic": "u", "partition": 1, "error": refusal, "locked": False}]
     assert [p["topic"] for p in plan["partitions"]] == ["t", "u"]  # type: ignore[index]
 
     applied = run_cli("retention", "apply", "--log-dir", str(log_dir))

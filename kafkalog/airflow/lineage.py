@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kafkalog.airflow.provider import DEFAULT_STORE_NAME
+from kafkalog.errors import KafkaLogError
 
 SCHEME = "x-kafkalog"
 TOPICS_ALIAS = "kafkalog-topics"  # the AssetAlias every topic-changing task emits its events through
@@ -29,11 +30,25 @@ def topic_asset_uri(topic: str, store: str | None) -> str:
     return f"{namespace(store)}/{topic}"
 
 
-def changed_topics(result: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The ``topics`` a step's result says it changed, with their numbers (only those that changed)."""
-    topics = (result or {}).get("topics") or {}
+def changed_topics(result: Any) -> dict[str, dict[str, Any]]:
+    """The topics a task's result says it changed (``topics``: {topic: {number: value}}), only those whose
+    numbers changed. A result without ``topics`` changed none: ``@maintenance_task`` serves any function."""
+    topics = _declared(result, "topics", dict)
+    for topic, change in topics.items():
+        if not isinstance(change, dict):
+            raise KafkaLogError(f"a task's result says topic {topic!r} changed by {change!r:.100}: expected an "
+                                "object of numbers")
     return {t: dict(change) for t, change in sorted(topics.items()) if any(change.values())}
 
 
-def read_topics(result: Mapping[str, Any] | None) -> list[str]:
-    return sorted((result or {}).get("topics_read") or [])
+def read_topics(result: Any) -> list[str]:
+    """The topics a task's result says it read (``topics_read``: a list of names)."""
+    return sorted(str(t) for t in _declared(result, "topics_read", list))
+
+
+def _declared(result: Any, key: str, kind: type) -> Any:
+    if not isinstance(result, Mapping) or key not in result:
+        return kind()
+    if not isinstance(result[key], kind):
+        raise KafkaLogError(f"a task's result has {key} = {result[key]!r:.100}: expected a {kind.__name__}")
+    return result[key]

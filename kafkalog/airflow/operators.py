@@ -32,7 +32,7 @@ from kafkalog.airflow import lineage
 from kafkalog.airflow.hooks import DEFAULT_SPARK_CONN_ID, KafkalogHook, StoreConnection
 from kafkalog.airflow.provider import run_dir_base
 from kafkalog.cycle.report import compaction_changes, failure_message, format_report, summarize
-from kafkalog.cycle.results import CompactionJobReport, compaction_report_path
+from kafkalog.cycle.results import CompactionJobReport, SelectResult, compaction_report_path
 from kafkalog.cycle.steps import (
     CycleSettings,
     cycle_clock_ms,
@@ -307,33 +307,37 @@ class WaitFileDeleteDelayOperator(BaseOperator):
 
 # --- the Spark job ---------------------------------------------------------------------------------------
 class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
-    """``spark_jobs/compact_logs.py`` with the run's compaction plan (``selection``: the result of the
-    task that wrote it). Skipped (not succeeded) when nothing is due or in a dry run. Partitions that
-    fail, or that another cleaner holds (skipped, as Kafka's cleaner skips a log in progress), are in
-    the job's report, which the report task reads; the task fails only when the job itself does: at
-    once when it refused its input (nothing changed), else retried, safely (the cleaner's swap is
-    crash-safe and a rerun finishes it)."""
+    """``spark_jobs/compact_logs.py`` with the run's compaction plan, as the run's
+    ``select_logs_to_clean`` result (in its run dir) names it: set the task that wrote it upstream.
+    Skipped (not succeeded) when nothing is due or in a dry run. Partitions that fail, or that another
+    cleaner holds (skipped, as Kafka's cleaner skips a log in progress), are in the job's report, which
+    the report task reads; the task fails only when the job itself does: at once when it refused its
+    input (nothing changed), else retried, safely (the cleaner's swap is crash-safe and a rerun
+    finishes it)."""
 
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "selection")
-
-    def __init__(self, *, selection: Any, conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, conn_id: str | None = None, **kwargs: Any) -> None:
         """``conn_id``: the Spark connection; default: the one the store's connection names."""
         kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
         super().__init__(application="", conn_id=conn_id or DEFAULT_SPARK_CONN_ID, name="kafkalog-compact", **kwargs)
         self.spark_conn_id_given = conn_id
-        self.selection = selection
 
     def execute(self, context: Context) -> Any:
-        selection = self.selection or {}
-        if selection.get("dry_run"):
-            raise AirflowSkipException(f"dry run: the plan {selection.get('plan')} selects {selection.get('selected')}"
+        from kafkalog.errors import KafkaLogError
+
+        with failing_fast(context):
+            selection = SelectResult.load(run_dir(context))
+            if selection is None:
+                raise KafkaLogError(f"no {SelectResult.STEP} result in {run_dir(context)}: set the task that "
+                                    "selects the logs to clean upstream of this one")
+        if selection.dry_run:
+            raise AirflowSkipException(f"dry run: the plan {selection.plan} selects {selection.selected}"
                                        " partitions; nothing is compacted")
-        if not selection.get("selected"):
+        if not selection.selected:
             raise AirflowSkipException("nothing is due for compaction (see select_logs_to_clean for why)")
         with failing_fast(context):
             return self._compact(context, selection)
 
-    def _compact(self, context: Context, selection: Mapping[str, Any]) -> Any:
+    def _compact(self, context: Context, selection: SelectResult) -> Any:
         from airflow.sdk import BaseHook
 
         from kafkalog.cycle.documents import plain
@@ -349,7 +353,7 @@ class CompactLogsOperator(_LineageMixin, SparkSubmitOperator):
         self.application = spark.application
         self.conf = {**spark.conf, **(self.conf or {})}
         self.env_vars = {**spark.env, **(self.env_vars or {})}
-        args = ["--plan", selection["plan"], "--report", str(report), "--run-id", settings.run_id,
+        args = ["--plan", selection.plan, "--report", str(report), "--run-id", settings.run_id,
                 "--partition-failures-ok", *[a for d in settings.log_dirs for a in ("--log-dir", d)]]
         if settings.config_file:
             args += ["--config-file", settings.config_file]

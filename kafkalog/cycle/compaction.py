@@ -21,7 +21,6 @@ from kafkalog.cycle.documents import (
     Doc,
     NotSelected,
     PartitionError,
-    error_entry,
     read_document,
 )
 from kafkalog.errors import KafkaLogError
@@ -71,20 +70,21 @@ def compact_planned(store: Any, plan: CompactionPlanDocument, *, run_id: str, wa
             "errors": failures}
 
 
-def check_compaction_plan(store: Any, plan: CompactionPlanDocument, *, wall_now_ms: int | None = None) -> list[Doc]:
+def check_compaction_plan(store: Any, plan: CompactionPlanDocument, *,
+                          wall_now_ms: int | None = None) -> list[PartitionError]:
     """What carrying ``plan`` out would refuse or fail on, found without writing anything (a dry run's
     truth): each selected round checked as the cleaner would run it (``cleaner.check_round``). Returns
-    the error entries of the partitions that would fail."""
+    the partitions that would fail."""
     from kafkalog.maintenance.cleaner import check_round
 
-    errors: list[Doc] = []
+    errors: list[PartitionError] = []
     for entry in plan.selected:
         topic, partition = entry.topic, entry.partition
         try:
             check_round(store, store.locate(topic, partition), entry.first_dirty_offset,
                         entry.first_uncleanable_offset, now_ms=plan.now_ms, wall_now_ms=wall_now_ms)
         except (KafkaLogError, OSError) as exc:
-            errors.append(error_entry(topic, partition, str(exc)))
+            errors.append(PartitionError(topic, partition, str(exc)))
     return errors
 
 

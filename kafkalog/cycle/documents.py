@@ -4,9 +4,8 @@ know. ``kafkalog retention plan --json`` *is* a retention plan document and ``ka
 --json`` *is* a compaction plan document; the plan files of a run are the same documents.
 
 Reading is strict: a key a document does not define, a key it needs that is missing, or a value of the
-wrong kind is a ``PlanError`` naming the document, the entry and the key, never a silent default. The
-one key written only when it says something is an error entry's ``locked`` (true when the partition
-was skipped because another process held its lock). The keys the CLI adds around a plan when it
+wrong kind is a ``PlanError`` naming the document, the entry and the key, never a silent default
+(``decode`` reads any document typed by its dataclass that way). The keys the CLI adds around a plan when it
 prints one (``REPORT_KEYS``: the run id, the action, what was applied or cleaned) are known and not
 part of the plan: its output can be given back as a plan file.
 """
@@ -15,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -141,29 +142,63 @@ def plain(value: Any) -> Any:
     return value
 
 
+def decode(kind: Any, value: Any, where: str) -> Any:
+    """``value`` (JSON) as ``kind``: a dataclass (exactly its fields, each decoded by its type), tuple[X, ...],
+    dict[str, X], int, float, str, bool, or an Optional of one; anything else is a ``PlanError`` naming
+    ``where`` and the key inside it."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return decode(inner, value, where)
+    if hasattr(kind, "__dataclass_fields__"):
+        hints = typing.get_type_hints(kind)
+        names = [f.name for f in fields(kind)]
+        if not isinstance(value, dict) or set(value) != set(names):
+            got = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise PlanError(f"{where}: expected the keys {', '.join(names)}, not {got}")
+        return kind(**{n: decode(hints[n], value[n], f"{where}.{n}") for n in names})
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise PlanError(f"{where}: expected a list, not {value!r:.100}")
+        return tuple(decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise PlanError(f"{where}: expected an object, not {value!r:.100}")
+        return {k: decode(args[1], v, f"{where}[{k}]") for k, v in value.items()}
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is bool and isinstance(value, bool) or \
+            kind in (int, str) and isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    raise PlanError(f"{where}: expected {getattr(kind, '__name__', kind)}, not {value!r:.100}")
+
+
 # --- shared entries ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PartitionError:
-    """A partition a step could not handle; ``locked``: only because another process held its lock past
-    the wait (Kafka's cleaner and retention skip such a log this time; a later run does it)."""
+    """A partition a step could not handle (``partition`` None: the whole topic; ``topic`` None: a log
+    dir's deleted-topic dir); ``locked``: only because another process held its lock past the wait
+    (Kafka's cleaner and retention skip such a log this time; a later run does it)."""
 
-    topic: str
-    partition: int
+    topic: str | None
+    partition: int | None
     error: str
     locked: bool = False
 
     def to_json(self) -> Doc:
-        doc: Doc = {"topic": self.topic, "partition": self.partition, "error": self.error}
-        return {**doc, "locked": True} if self.locked else doc
+        return {"topic": self.topic, "partition": self.partition, "error": self.error, "locked": self.locked}
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> PartitionError:
-        d = check_keys(doc, where, ("topic", "partition", "error"), ("locked",))
-        return cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),
-                   as_str(d["error"], where, "error"), as_bool(d.get("locked", False), where, "locked"))
+        d = check_keys(doc, where, ("topic", "partition", "error", "locked"))
+        return cls(as_str(d["topic"], where, "topic", nullable=True),
+                   as_int(d["partition"], where, "partition", minimum=0, nullable=True),
+                   as_str(d["error"], where, "error"), as_bool(d["locked"], where, "locked"))
 
 
-def error_entry(topic: str, partition: int, error: str, *, locked: bool = False) -> Doc:
+def error_entry(topic: str | None, partition: int | None, error: str, *, locked: bool = False) -> Doc:
     """A partition that failed, as a step's result lists it (``PartitionError``'s JSON)."""
     return PartitionError(topic, partition, error, locked).to_json()
 
@@ -210,7 +245,7 @@ class PartitionRetention:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> PartitionRetention:
         d = check_keys(doc, where, [f.name for f in fields(cls)])
-        where = f"{where} ({d.get('topic')}-{d.get('partition')})"
+        where = f"{where} ({d['topic']}-{d['partition']})"
         segments = tuple(SegmentDeletion.from_json(s, f"{where} segments[{i}]")
                          for i, s in enumerate(as_list(d["segments"], where, "segments")))
         return cls(as_str(d["topic"], where, "topic"), as_int(d["partition"], where, "partition", minimum=0),

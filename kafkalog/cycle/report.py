@@ -8,8 +8,6 @@ says in one line why a run failed. ``CycleReport.to_json`` is what the report ta
 
 from __future__ import annotations
 
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -19,8 +17,8 @@ from kafkalog.cycle.compaction import read_compaction_plan
 from kafkalog.cycle.documents import (
     CompactionPlanDocument,
     Doc,
-    PlanError,
     check_version_and_keys,
+    decode,
     plain,
 )
 from kafkalog.cycle.results import (
@@ -104,37 +102,7 @@ class CycleReport:
     @classmethod
     def from_json(cls, doc: Any, where: str = "cycle report") -> CycleReport:
         check_version_and_keys(doc, where, "a cycle report", [f.name for f in fields(cls)], VERSION)
-        return _decode(cls, {k: v for k, v in doc.items() if k != "version"}, where)  # type: ignore[no-any-return]
-
-
-def _decode(kind: Any, value: Any, where: str) -> Any:
-    """``value`` (JSON) as ``kind`` (a report type: a dataclass, tuple[X, ...], dict[str, X], int, str,
-    bool or an Optional of one), refusing anything else, naming ``where``."""
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _decode(inner, value, where)
-    if hasattr(kind, "__dataclass_fields__"):
-        hints = typing.get_type_hints(kind)
-        names = [f.name for f in fields(kind)]
-        if not isinstance(value, dict) or set(value) != set(names):
-            got = sorted(value) if isinstance(value, dict) else type(value).__name__
-            raise PlanError(f"{where}: expected the keys {', '.join(names)}, not {got}")
-        return kind(**{n: _decode(hints[n], value[n], f"{where}.{n}") for n in names})
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise PlanError(f"{where}: expected a list, not {value!r:.100}")
-        return tuple(_decode(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise PlanError(f"{where}: expected an object, not {value!r:.100}")
-        return {k: _decode(args[1], v, f"{where}[{k}]") for k, v in value.items()}
-    if kind is bool and isinstance(value, bool) or \
-            kind in (int, str) and isinstance(value, kind) and not isinstance(value, bool):
-        return value
-    raise PlanError(f"{where}: expected {getattr(kind, '__name__', kind)}, not {value!r:.100}")
+        return decode(cls, {k: v for k, v in doc.items() if k != "version"}, where)  # type: ignore[no-any-return]
 
 
 NOTHING_DELETED = DeletionDone(0, 0, (), 0, None)
@@ -145,12 +113,12 @@ def compaction_changes(report: CompactionJobReport | None) -> dict[str, TopicCom
     """Per topic, what the Spark job's report says compaction removed."""
     changes: dict[str, TopicCompacted] = {}
     for p in report.cleaned if report else ():
-        stats = p.stats or {}
+        assert p.counts is not None  # a cleaned partition's report has its counts (CompactionOutcome.from_json)
         was = changes.get(p.topic, TopicCompacted(0, 0, 0))
         changes[p.topic] = TopicCompacted(
             was.partitions_compacted + 1,
-            was.records_removed + int(stats.get("records_read", 0)) - int(stats.get("records_written", 0)),
-            was.bytes_removed + int(stats.get("bytes_read", 0)) - int(stats.get("bytes_written", 0)))
+            was.records_removed + p.counts.records_read - p.counts.records_written,
+            was.bytes_removed + p.counts.bytes_read - p.counts.bytes_written)
     return changes
 
 
@@ -160,7 +128,7 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
     found (bad log dirs): the empty report."""
     found = None if run_dir is None else Path(run_dir)
     scan = None if found is None else ScanResult.load(found)
-    shards = [s["shard"] for s in scan.shards] if scan else []
+    shards = [s.shard for s in scan.shards] if scan else []
     failed: list[Failure] = []
     skipped: list[Failure] = []  # partitions another process held locked: Kafka skips a log in progress too
     missing: list[str] = []
@@ -168,7 +136,7 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
     def step_errors(step: str, doc: ScanResult | ShardPlanResult | MarkResult | SelectResult | SweepResult | None,
                     ) -> None:
         for e in doc.errors if doc else ():
-            (skipped if e.get("locked") else failed).append(Failure(step, e["topic"], e["partition"], e["error"]))
+            (skipped if e.locked else failed).append(Failure(step, e.topic, e.partition, e.error))
 
     step_errors("scan_partitions", scan)
     marks: list[MarkResult] = []
@@ -189,7 +157,7 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
         failed.append(Failure("compact", None, None, compaction.error))
     selection = None if found is None else SelectResult.load(found)
     step_errors("select_logs_to_clean", selection)
-    failed += [Failure("compact (dry run)", e["topic"], e["partition"], f"the compaction would fail: {e['error']}")
+    failed += [Failure("compact (dry run)", e.topic, e.partition, f"the compaction would fail: {e.error}")
                for e in (selection.would_fail if selection else ())]
     deleted = None if found is None else SweepResult.load(found)
     step_errors("delete_marked", deleted)
@@ -198,11 +166,11 @@ def summarize(run_dir: Path | str | None) -> CycleReport:
     return CycleReport(
         run_dir=None if found is None else str(found), now_ms=scan.now_ms if scan else None,
         dry_run=scan.dry_run if scan else False, partitions=scan.partitions if scan else 0,
-        bytes=scan.bytes if scan else 0, recovered=tuple(scan.recovered if scan else ()),
-        topic_deletes_finished=tuple(scan.topic_deletes_finished if scan else ()),
+        bytes=scan.bytes if scan else 0, recovered=scan.recovered if scan else (),
+        topic_deletes_finished=scan.topic_deletes_finished if scan else (),
         retention=RetentionDone(sum(m.segments for m in marks), sum(m.bytes for m in marks),
-                                tuple(sorted(f"{a['topic']}-{a['partition']}" for m in marks for a in m.applied))),
-        deletion=DeletionDone(deleted.deleted_files, deleted.deleted_bytes, tuple(deleted.deleted_dirs),
+                                tuple(sorted(f"{a.topic}-{a.partition}" for m in marks for a in m.applied))),
+        deletion=DeletionDone(deleted.deleted_files, deleted.deleted_bytes, deleted.deleted_dirs,
                               deleted.waiting_files, deleted.next_due_ms) if deleted else NOTHING_DELETED,
         compaction=CompactionDone(
             tuple(f"{s.topic}-{s.partition}" for s in (plan.selected if plan else ())),

@@ -1,8 +1,7 @@
 """What each step of a cycle leaves in its run dir (``results/<step>[-<shard>].json``), typed: the report
 (``report.summarize``) and the file-delete wait read these back. Each is a frozen dataclass whose JSON
-is its fields and a version; reading refuses an unknown or a missing key (``PlanError`` naming the
-file), so a misspelt key is an error, never a silent zero. Entries inside (errors, applied marks,
-shards) keep the JSON shapes the steps document.
+is its fields and a version; reading refuses an unknown or a missing key, in the result or in any entry
+inside it (``PlanError`` naming the file and the key), so a misspelt key is an error, never a silent zero.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 from kafkalog.cycle.documents import (
     Doc,
+    PartitionError,
     PlanError,
     as_bool,
     as_int,
@@ -20,6 +20,8 @@ from kafkalog.cycle.documents import (
     as_str,
     check_keys,
     check_version_and_keys,
+    decode,
+    plain,
     read_json,
     write_json,
 )
@@ -29,18 +31,18 @@ R = TypeVar("R", bound="StepResult")
 
 
 class StepResult:
-    """A step's result as saved in the run dir."""
+    """A step's result as saved in the run dir: its fields (entries included) decoded by their types."""
 
     STEP: ClassVar[str]
 
     def to_json(self) -> Doc:
-        return {"version": VERSION, **{f.name: getattr(self, f.name) for f in fields(self)}}  # type: ignore[arg-type]
+        return {"version": VERSION, **plain(self)}
 
     @classmethod
     def from_json(cls: type[R], doc: Any, where: str) -> R:
         names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
         check_version_and_keys(doc, where, f"a {cls.STEP} result", names, VERSION)
-        return cls(**{n: doc[n] for n in names})
+        return decode(cls, {n: doc[n] for n in names}, where)  # type: ignore[no-any-return]
 
     def save(self, run_dir: Path | str, shard: int | None = None) -> Doc:
         doc = self.to_json()
@@ -59,6 +61,16 @@ def result_path(run_dir: Path | str, step: str, shard: int | None = None) -> Pat
 
 
 @dataclass(frozen=True)
+class ShardEntry:
+    """A shard the scan wrote: its partition list's file, and how much it holds."""
+
+    shard: int
+    path: str
+    partitions: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class ScanResult(StepResult):
     STEP: ClassVar[str] = "scan_partitions"
 
@@ -67,10 +79,10 @@ class ScanResult(StepResult):
     dry_run: bool
     partitions: int
     bytes: int
-    shards: list[Doc]  # {"shard", "path", "partitions", "bytes"}
-    recovered: list[str]
-    topic_deletes_finished: list[str]
-    errors: list[Doc]  # {"topic", "partition", "error"}; partition null for a topic-wide error
+    shards: tuple[ShardEntry, ...]
+    recovered: tuple[str, ...]
+    topic_deletes_finished: tuple[str, ...]
+    errors: tuple[PartitionError, ...]  # partition None: a topic-wide error
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,45 @@ class ShardPlanResult(StepResult):
     deletable_partitions: int
     segments: int
     bytes: int
-    errors: list[Doc]
-    topics_read: list[str]
+    errors: tuple[PartitionError, ...]
+    topics_read: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AppliedMark:
+    """What applying a plan marked in one partition (a dry run: what it would mark, nothing marked)."""
+
+    topic: str
+    partition: int
+    segments: tuple[int, ...]  # base offsets
+    bytes: int
+    log_start_offset_before: int
+    log_start_offset_after: int
+    rolled: bool
+    marked_files: tuple[str, ...]
+    mark_time_ms: int | None  # the wall clock stamped on the marked files (None: none marked)
+    due_ms: int | None  # mark_time_ms + the topic's file.delete.delay.ms (None: none marked)
+
+
+@dataclass(frozen=True)
+class RetentionApplied:
+    """A retention plan carried out (``kafkalog.cycle.retention.apply_retention_plan``)."""
+
+    now_ms: int
+    dry_run: bool
+    applied: tuple[AppliedMark, ...]
+    errors: tuple[PartitionError, ...]  # ``locked``: another process held the partition
+    segments: int
+    bytes: int
+    newest_mark_ms: int | None  # None: nothing marked
+    file_delete_delay_ms: int  # the largest delay of a topic with marks
+
+
+@dataclass(frozen=True)
+class TopicMarked:
+    segments_deleted: int
+    bytes_deleted: int
+    log_start_offsets: dict[str, int]  # per partition number
 
 
 @dataclass(frozen=True)
@@ -94,13 +143,13 @@ class MarkResult(StepResult):
     shard: int
     now_ms: int
     dry_run: bool
-    applied: list[Doc]  # per partition: what was marked, and (if it marked files) ``due_ms``
-    errors: list[Doc]  # ``locked``: another process held the partition
+    applied: tuple[AppliedMark, ...]
+    errors: tuple[PartitionError, ...]  # ``locked``: another process held the partition
     segments: int
     bytes: int
     newest_mark_ms: int | None  # None: nothing marked
     file_delete_delay_ms: int
-    topics: dict[str, Doc]  # per topic: segments_deleted, bytes_deleted, log_start_offsets
+    topics: dict[str, TopicMarked]
 
 
 @dataclass(frozen=True)
@@ -111,11 +160,17 @@ class SelectResult(StepResult):
     selected: int
     cleanable_bytes: int
     checkpoint_resets: int
-    errors: list[Doc]
-    would_fail: list[Doc]  # a dry run: the partitions the compaction would fail on
+    errors: tuple[PartitionError, ...]
+    would_fail: tuple[PartitionError, ...]  # a dry run: the partitions the compaction would fail on
     dry_run: bool
     wall_now_ms: int | None
-    topics_read: list[str]
+    topics_read: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TopicFreed:
+    files_deleted: int
+    bytes_freed: int
 
 
 @dataclass(frozen=True)
@@ -124,16 +179,16 @@ class SweepResult(StepResult):
 
     wall_clock_ms: int
     dry_run: bool
-    errors: list[Doc]
+    errors: tuple[PartitionError, ...]
     deleted_files: int
     deleted_bytes: int
     waiting_files: int
     waiting_bytes: int
     next_due_ms: int | None
-    deleted_dirs: list[str]
+    deleted_dirs: tuple[str, ...]
     deleted_dir_bytes: int
-    waiting_dirs: list[Any]
-    freed: dict[str, Doc]  # per topic: files_deleted, bytes_freed
+    waiting_dirs: tuple[str, ...]
+    freed: dict[str, TopicFreed]
 
 
 # --- the compaction job's report ----------------------------------------------------------------------------
@@ -143,12 +198,25 @@ class SweepResult(StepResult):
 # another shape (a misspelt key, another version) is refused naming the file.
 JOB_REPORT_VERSION = 2
 JOB_STATUSES = ("ok", "partitions-failed", "refused", "spark-failed")
-JOB_REPORT_KEYS = ("status", "started_at", "timings", "partitions", "totals")
-JOB_REPORT_OPTIONAL_KEYS = ("error", "now_ms", "wall_now_ms", "log_dirs", "numba_cache_dir", "scratch_dir", "plan",
-                            "run_id", "spark")
+JOB_REPORT_KEYS = ("status", "error", "plan", "started_at", "timings", "partitions", "totals")
+# Written as the job gets that far: a job refused at its arguments has none of them.
+JOB_REPORT_PROGRESS_KEYS = ("now_ms", "wall_now_ms", "log_dirs", "numba_cache_dir", "scratch_dir", "run_id", "spark")
+JOB_PLAN_KEYS = ("source", "topic", "partition", "targets")
+JOB_TARGET_KEYS = ("topic", "partition", "first_dirty_offset", "first_uncleanable_offset")
 JOB_PARTITION_KEYS = ("topic", "partition", "ok", "status", "error")
-JOB_PARTITION_OPTIONAL_KEYS = ("stage", "first_dirty_offset", "first_uncleanable_offset", "started_at",
+JOB_PARTITION_PROGRESS_KEYS = ("stage", "first_dirty_offset", "first_uncleanable_offset", "started_at",
                                "finished_at", "log_dir", "end_offset", "groups", "stats", "round")
+COUNTED = ("records_read", "records_written", "bytes_read", "bytes_written")  # of the cleaner's stats
+
+
+@dataclass(frozen=True)
+class CleanedCounts:
+    """What the cleaner read and wrote in one partition (its stats' counts; the rest are timings)."""
+
+    records_read: int
+    records_written: int
+    bytes_read: int
+    bytes_written: int
 
 
 @dataclass(frozen=True)
@@ -160,7 +228,20 @@ class CompactionOutcome:
     ok: bool
     status: str
     error: str | None
-    stats: Doc | None  # the cleaner's counts (records_read, records_written, bytes_read, ...) when cleaned
+    counts: CleanedCounts | None  # when cleaned
+
+    @classmethod
+    def from_json(cls, p: Any, where: str) -> CompactionOutcome:
+        check_keys(p, where, JOB_PARTITION_KEYS, JOB_PARTITION_PROGRESS_KEYS)
+        status = as_str(p["status"], where, "status")
+        counts = None
+        if status == "cleaned":
+            if "stats" not in p:
+                raise PlanError(f"{where}: a cleaned partition without its stats")
+            stats = check_keys(p["stats"], f"{where}: stats", COUNTED, [k for k in p["stats"] if k not in COUNTED])
+            counts = CleanedCounts(*(as_int(stats[k], f"{where}: stats", k, minimum=0) for k in COUNTED))
+        return cls(as_str(p["topic"], where, "topic"), as_int(p["partition"], where, "partition", minimum=0),
+                   as_bool(p["ok"], where, "ok"), status, as_str(p["error"], where, "error", nullable=True), counts)
 
 
 @dataclass(frozen=True)
@@ -174,19 +255,19 @@ class CompactionJobReport:
     @classmethod
     def from_json(cls, doc: Any, where: str) -> CompactionJobReport:
         check_version_and_keys(doc, where, "a compaction job report", JOB_REPORT_KEYS, JOB_REPORT_VERSION,
-                               optional=JOB_REPORT_OPTIONAL_KEYS)
+                               optional=JOB_REPORT_PROGRESS_KEYS)
         if doc["status"] not in JOB_STATUSES:
             raise PlanError(f"{where}: status {doc['status']!r} is not one of {', '.join(JOB_STATUSES)}")
-        outcomes = []
-        for i, p in enumerate(as_list(doc["partitions"], where, "partitions")):
-            entry = f"{where}: partitions[{i}]"
-            check_keys(p, entry, JOB_PARTITION_KEYS, JOB_PARTITION_OPTIONAL_KEYS)
-            outcomes.append(CompactionOutcome(
-                as_str(p["topic"], entry, "topic"), as_int(p["partition"], entry, "partition"),
-                as_bool(p["ok"], entry, "ok"), str(p["status"]), p["error"], p.get("stats")))
-        targets = (doc.get("plan") or {}).get("targets", [])
-        return cls(doc["status"], doc.get("error"), tuple(outcomes), dict(doc["totals"]),
-                   tuple(sorted({t["topic"] for t in targets})))
+        outcomes = tuple(CompactionOutcome.from_json(p, f"{where}: partitions[{i}]")
+                         for i, p in enumerate(as_list(doc["partitions"], where, "partitions")))
+        topics: set[str] = set()
+        if doc["plan"] is not None:  # None: refused before it had a plan
+            plan = check_keys(doc["plan"], f"{where}: plan", JOB_PLAN_KEYS)
+            for i, t in enumerate(as_list(plan["targets"], f"{where}: plan", "targets")):
+                target = check_keys(t, f"{where}: plan.targets[{i}]", JOB_TARGET_KEYS)
+                topics.add(as_str(target["topic"], f"{where}: plan.targets[{i}]", "topic"))
+        return cls(doc["status"], as_str(doc["error"], where, "error", nullable=True), outcomes,
+                   decode(dict[str, int], doc["totals"], f"{where}: totals"), tuple(sorted(topics)))
 
     @classmethod
     def load(cls, run_dir: Path | str) -> CompactionJobReport | None:

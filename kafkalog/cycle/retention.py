@@ -25,6 +25,7 @@ from kafkalog.cycle.documents import (
     error_entry,
     read_document,
 )
+from kafkalog.cycle.results import AppliedMark, RetentionApplied
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log.shares import map_shares
 
@@ -86,7 +87,7 @@ def _plan_retention_share(store: Any, locations: Sequence[Any], *,
 
 
 def apply_retention_plan(store: Any, plan: RetentionPlanDocument, *, run_id: str, dry_run: bool = False,
-                         lock_timeout_s: float = 30.0, processes: int = 1) -> Doc:
+                         lock_timeout_s: float = 30.0, processes: int = 1) -> RetentionApplied:
     """Mark what ``plan`` lists as ``.deleted`` (never more). Returns, per partition, what was marked
     and when its files are due for deletion (``due_ms``: the mark time plus the topic's
     ``file.delete.delay.ms``), and the newest mark time (the wall clock the wait counts from). A
@@ -97,70 +98,54 @@ def apply_retention_plan(store: Any, plan: RetentionPlanDocument, *, run_id: str
     check_plan_store(store, plan)
     shares = map_shares(partial(_apply_share, store, plan.now_ms, run_id=run_id, dry_run=dry_run,
                                 lock_timeout_s=lock_timeout_s), list(plan.due), processes)
-    applied = [entry for done, _ in shares for entry in done]
-    errors = [entry for _, failed in shares for entry in failed]  # the plan's own errors stay the plan's
-    newest_mark_ms: int | None = None
-    delay_ms = 0
-    for entry in applied:
-        if entry.get("mark_time_ms") is not None:
-            mark_ms = entry.pop("mark_time_ms")
-            newest_mark_ms = max(newest_mark_ms or 0, mark_ms)
-            topic_delay_ms = store.log_config(entry["topic"]).file_delete_delay_ms
-            delay_ms = max(delay_ms, topic_delay_ms)
-            entry["due_ms"] = mark_ms + topic_delay_ms
-    return {"now_ms": plan.now_ms, "dry_run": dry_run, "applied": applied, "errors": errors,
-            "segments": sum(len(a["segments"]) for a in applied), "bytes": sum(a["bytes"] for a in applied),
-            "newest_mark_ms": newest_mark_ms, "file_delete_delay_ms": delay_ms}
+    applied = tuple(entry for done, _ in shares for entry in done)
+    marks = [(a.mark_time_ms, a.due_ms) for a in applied if a.mark_time_ms is not None and a.due_ms is not None]
+    errors = tuple(e for _, failed in shares for e in failed)  # the plan's own errors stay the plan's
+    return RetentionApplied(plan.now_ms, dry_run, applied, errors, sum(len(a.segments) for a in applied),
+                            sum(a.bytes for a in applied), max((mark for mark, _ in marks), default=None),
+                            max((due - mark for mark, due in marks), default=0))
 
 
 def _apply_share(store: Any, now_ms: int, docs: Sequence[PartitionRetention], *, run_id: str, dry_run: bool,
-                 lock_timeout_s: float) -> tuple[list[Doc], list[Doc]]:
+                 lock_timeout_s: float) -> tuple[list[AppliedMark], list[PartitionError]]:
     """Mark one share of a plan's partitions: checkpoints written and the journal fsynced once, at its end."""
     from kafkalog.maintenance import journal
 
-    applied: list[Doc] = []
-    errors: list[Doc] = []
+    applied: list[AppliedMark] = []
+    errors: list[PartitionError] = []
     with store.batched_checkpoints(), journal.group_commit():
         for doc in docs:
-            _apply_one(store, now_ms, doc, run_id, dry_run, applied, errors, lock_timeout_s)
+            try:
+                applied.append(_apply_one(store, now_ms, doc, run_id, dry_run, lock_timeout_s))
+            except LogLockedError as exc:
+                errors.append(PartitionError(doc.topic, doc.partition, str(exc), locked=True))
+            except (KafkaLogError, OSError) as exc:
+                errors.append(PartitionError(doc.topic, doc.partition, str(exc)))
     return applied, errors
 
 
-def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dry_run: bool, applied: list[Doc],
-               errors: list[Doc], lock_timeout_s: float) -> None:
+def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dry_run: bool,
+               lock_timeout_s: float) -> AppliedMark:
     from kafkalog.log.names import TopicPartition
     from kafkalog.log.store import PartitionLocation
     from kafkalog.maintenance.retention import apply_retention
     from kafkalog.policy.retention import DeletableSegment, RetentionPlan
 
-    if not doc.segments:
-        return
-    topic, partition = doc.topic, doc.partition
-    entry = {"topic": topic, "partition": partition, "segments": [s.base_offset for s in doc.segments],
-             "bytes": doc.bytes, "log_start_offset_before": doc.log_start_offset_before,
-             "log_start_offset_after": doc.log_start_offset_after, "rolled": doc.roll_first}
     if dry_run:
-        applied.append(entry)
-        return
-    location = PartitionLocation(TopicPartition(topic, partition), Path(doc.log_dir))
-    one = RetentionPlan(topic, partition, now_ms, tuple(
+        return AppliedMark(doc.topic, doc.partition, tuple(s.base_offset for s in doc.segments), doc.bytes,
+                           doc.log_start_offset_before, doc.log_start_offset_after, doc.roll_first, (), None, None)
+    location = PartitionLocation(TopicPartition(doc.topic, doc.partition), Path(doc.log_dir))
+    one = RetentionPlan(doc.topic, doc.partition, now_ms, tuple(
         DeletableSegment(s.base_offset, s.next_offset, s.bytes, s.reason, s.detail)
         for s in doc.segments), doc.roll_first, doc.log_start_offset_before, doc.log_start_offset_after, ())
-    try:
-        if not location.directory.is_dir():
-            raise KafkaLogError(f"partition directory {location.directory} is gone")
-        report = apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s)
-    except LogLockedError as exc:
-        errors.append(error_entry(topic, partition, str(exc), locked=True))
-        return
-    except (KafkaLogError, OSError) as exc:
-        errors.append(error_entry(topic, partition, str(exc)))
-        return
-    entry.update(segments=list(report.deleted_segments), bytes=report.bytes, rolled=report.rolled,
-                 log_start_offset_before=report.log_start_offset_before,
-                 log_start_offset_after=report.log_start_offset_after, marked_files=list(report.marked_files),
-                 mark_time_ms=report.mark_time_ms)
-    applied.append(entry)
+    if not location.directory.is_dir():
+        raise KafkaLogError(f"partition directory {location.directory} is gone")
+    report = apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s)
+    mark_ms = report.mark_time_ms
+    due_ms = None if mark_ms is None else mark_ms + store.log_config(doc.topic).file_delete_delay_ms
+    return AppliedMark(doc.topic, doc.partition, tuple(report.deleted_segments), report.bytes,
+                       report.log_start_offset_before, report.log_start_offset_after, report.rolled,
+                       tuple(report.marked_files), mark_ms, due_ms)
 
 
 def sweep(store: Any, locations: Iterable[Any], *, wall_now_ms: int, run_id: str, dry_run: bool = False) -> Doc:

@@ -34,8 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from kafkalog.cycle import compaction, retention
-from kafkalog.cycle.documents import Doc, error_entry, read_json, write_json
-from kafkalog.cycle.results import MarkResult, ScanResult, SelectResult, ShardPlanResult, SweepResult
+from kafkalog.cycle.documents import Doc, PartitionError, read_json, write_json
+from kafkalog.cycle.results import (
+    MarkResult,
+    ScanResult,
+    SelectResult,
+    ShardEntry,
+    ShardPlanResult,
+    SweepResult,
+    TopicFreed,
+    TopicMarked,
+)
 from kafkalog.errors import ConfigError, KafkaLogError, LogDirError, LogLockedError
 
 CYCLE_FILE = "cycle.json"
@@ -227,28 +236,27 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
     settings = load_settings(run_dir)
     store = settings.store()
     wall = wall_clock_ms()
-    errors: list[Doc] = []
+    errors: list[PartitionError] = []
     finished: list[str] = []
     if not settings.dry_run:
         from kafkalog.maintenance.topic_delete import finish_topic_deletes
 
         for report in finish_topic_deletes(store, wall_now_ms=wall, run_id=settings.run_id):
             finished += report.renamed
-            errors += [{"topic": report.topic, "partition": None, "error": f"topic delete: {f}"}
-                       for f in report.failures]
+            errors += [PartitionError(report.topic, None, f"topic delete: {f}") for f in report.failures]
     inventory: list[PartitionInventory] = []
     for location in store.partitions(symlinked=True):
         tp = location.topic_partition
         if tp.topic in METADATA_TOPICS or (settings.topics is not None and tp.topic not in settings.topics):
             continue
         if location.directory.is_symlink():  # named, never followed (``names.symlinked_partition_dir``)
-            errors.append(error_entry(tp.topic, tp.partition, str(names.symlinked_partition_dir(
+            errors.append(PartitionError(tp.topic, tp.partition, str(names.symlinked_partition_dir(
                 location.directory))))
             continue
         try:
             inventory.append(_inventory(location))
         except OSError as exc:
-            errors.append(error_entry(tp.topic, tp.partition, f"cannot list: {exc}"))
+            errors.append(PartitionError(tp.topic, tp.partition, f"cannot list: {exc}"))
     recovered: list[str] = []
     for item in inventory:
         if item.leftovers and not settings.dry_run:
@@ -256,18 +264,18 @@ def scan_partitions(run_dir: Path | str, settings: CycleSettings, *, shard_bytes
                 _resolve_leftovers(store, item)
                 recovered.append(f"{item.topic}-{item.partition}")
             except (KafkaLogError, OSError) as exc:
-                errors.append(error_entry(item.topic, item.partition, f"recovery: {exc}"))
+                errors.append(PartitionError(item.topic, item.partition, f"recovery: {exc}"))
     shards = split_into_shards(inventory, shard_bytes=shard_bytes, shard_partitions=shard_partitions,
                                max_shards=max_shards)
-    shard_docs = []
+    entries = []
     for i, shard in enumerate(shards):
         path = run_dir / "shards" / f"shard-{i:04d}.json"
         write_json(path, {"shard": i, "partitions": [[p.topic, p.partition, p.log_dir] for p in shard]})
-        shard_docs.append({"shard": i, "path": str(path), "partitions": len(shard),
-                           "bytes": sum(p.size_bytes for p in shard)})
+        entries.append(ShardEntry(i, str(path), len(shard), sum(p.size_bytes for p in shard)))
     result = ScanResult(str(run_dir), settings.now_ms, settings.dry_run, len(inventory),
-                        sum(p.size_bytes for p in inventory), shard_docs, recovered, finished, errors).save(run_dir)
-    return {**result, "recovered": recovered[:20], "errors": errors[:20], "error_count": len(errors)}
+                        sum(p.size_bytes for p in inventory), tuple(entries), tuple(recovered), tuple(finished),
+                        tuple(errors)).save(run_dir)
+    return {**result, "recovered": recovered[:20], "errors": result["errors"][:20], "error_count": len(errors)}
 
 
 def _inventory(location: Any) -> PartitionInventory:
@@ -338,8 +346,8 @@ def plan_retention_shard(run_dir: Path | str, shard_path: Path | str) -> Doc:
     write_json(path, plan.to_json())
     doc = ShardPlanResult(shard, str(path), len(locations), len(plan.due),
                           sum(len(p.segments) for p in plan.partitions), sum(p.bytes for p in plan.partitions),
-                          [e.to_json() for e in plan.errors],
-                          sorted({loc.topic_partition.topic for loc in locations})).save(run_dir, shard)
+                          plan.errors, tuple(sorted({loc.topic_partition.topic for loc in locations})),
+                          ).save(run_dir, shard)
     return {**doc, "errors": len(plan.errors)}
 
 
@@ -349,16 +357,16 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: fl
     settings = load_settings(run_dir)
     plan = retention.read_retention_plan(plan_path)
     shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
-    applied = retention.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
-                                         lock_timeout_s=lock_timeout_s)
-    changes: dict[str, Doc] = {}
-    for entry in applied["applied"]:
-        topic = changes.setdefault(entry["topic"], {"segments_deleted": 0, "bytes_deleted": 0, "log_start_offsets": {}})
-        topic["segments_deleted"] += len(entry["segments"])
-        topic["bytes_deleted"] += entry["bytes"]
-        topic["log_start_offsets"][str(entry["partition"])] = entry["log_start_offset_after"]
-    doc = MarkResult(shard=shard, **applied, topics=changes).save(run_dir, shard)
-    return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(applied["errors"])}
+    done = retention.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
+                                          lock_timeout_s=lock_timeout_s)
+    changes: dict[str, TopicMarked] = {}
+    for topic in sorted({a.topic for a in done.applied}):
+        entries = [a for a in done.applied if a.topic == topic]
+        changes[topic] = TopicMarked(sum(len(a.segments) for a in entries), sum(a.bytes for a in entries),
+                                     {str(a.partition): a.log_start_offset_after for a in entries})
+    doc = MarkResult(shard, done.now_ms, done.dry_run, done.applied, done.errors, done.segments, done.bytes,
+                     done.newest_mark_ms, done.file_delete_delay_ms, changes).save(run_dir, shard)
+    return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(done.errors)}
 
 
 def file_delete_deadline_ms(run_dir: Path | str) -> int | None:
@@ -375,8 +383,7 @@ def _mark_dues(run_dir: Path | str) -> list[int]:
         mark = MarkResult.from_json(read_json(path), str(path))
         if mark.newest_mark_ms is None:  # it marked nothing
             continue
-        # An entry that marked files has its due time; a dry run's entries mark none.
-        dues += [int(a["due_ms"]) for a in mark.applied if a.get("marked_files")]
+        dues += [a.due_ms for a in mark.applied if a.due_ms is not None]  # None: it marked no file
     return dues
 
 
@@ -415,18 +422,18 @@ def delete_marked(run_dir: Path | str) -> Doc:
     dirs = delete_marked_dirs(store, wall_now_ms=wall, run_id=settings.run_id, dry_run=settings.dry_run,
                               topics=None if settings.topics is None else frozenset(settings.topics))
     # Not "topics": deleting files no reader sees any more changes no topic's data, so it is no asset event.
-    freed: dict[str, Doc] = {}
+    freed: dict[str, TopicFreed] = {}
     for p in swept["partitions"]:
         if p["deleted_files"]:
-            topic = freed.setdefault(p["topic"], {"files_deleted": 0, "bytes_freed": 0})
-            topic["files_deleted"] += len(p["deleted_files"])
-            topic["bytes_freed"] += p["deleted_bytes"]
+            was = freed.get(p["topic"], TopicFreed(0, 0))
+            freed[p["topic"]] = TopicFreed(was.files_deleted + len(p["deleted_files"]),
+                                           was.bytes_freed + p["deleted_bytes"])
     due = [d for d in (swept["next_due_ms"], dirs.next_due_ms) if d is not None]
-    doc = SweepResult(swept["wall_clock_ms"], swept["dry_run"],
-                      swept["errors"] + [{"topic": None, "partition": None, "error": r} for r in dirs.refused],
-                      swept["deleted_files"], swept["deleted_bytes"], swept["waiting_files"], swept["waiting_bytes"],
-                      min(due) if due else None, list(dirs.deleted_dirs), dirs.deleted_bytes, list(dirs.waiting_dirs),
-                      freed).save(run_dir)
+    errors = [PartitionError.from_json(e, "sweep") for e in swept["errors"]] + \
+        [PartitionError(None, None, refused) for refused in dirs.refused]
+    doc = SweepResult(swept["wall_clock_ms"], swept["dry_run"], tuple(errors), swept["deleted_files"],
+                      swept["deleted_bytes"], swept["waiting_files"], swept["waiting_bytes"], min(due) if due else None,
+                      tuple(dirs.deleted_dirs), dirs.deleted_bytes, tuple(dirs.waiting_dirs), freed).save(run_dir)
     return {**doc, "errors": len(doc["errors"]), "deleted_dirs": len(dirs.deleted_dirs)}
 
 
@@ -445,11 +452,10 @@ def select_logs_to_clean(run_dir: Path | str, *, topic: str | None = None,
     write_json(path, plan.to_json())
     would_fail = compaction.check_compaction_plan(store, plan, wall_now_ms=settings.wall_now_ms) \
         if settings.dry_run else []
-    errors = [e.to_json() for e in plan.errors]
     doc = SelectResult(str(path), len(plan.selected), sum(s.cleanable_bytes for s in plan.selected),
-                       len(plan.checkpoint_resets), errors, would_fail, settings.dry_run, settings.wall_now_ms,
-                       sorted({s.topic for s in plan.selected})).save(run_dir)
-    return {**doc, "errors": len(errors), "would_fail": len(would_fail)}
+                       len(plan.checkpoint_resets), plan.errors, tuple(would_fail), settings.dry_run,
+                       settings.wall_now_ms, tuple(sorted({s.topic for s in plan.selected}))).save(run_dir)
+    return {**doc, "errors": len(plan.errors), "would_fail": len(would_fail)}
 
 
 def prune_run_dirs(run_dir: Path | str, *, keep_s: int = KEEP_RUN_DIRS_S, now_s: float | None = None) -> list[str]:

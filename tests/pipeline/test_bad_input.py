@@ -21,7 +21,7 @@ from synthetic import CHANGELOG, EVENTS, NOW_MS, build_store, corrupt_compacted_
 
 from kafkalog.cycle import compaction, report, steps
 from kafkalog.cycle.documents import PlanError, write_json
-from kafkalog.cycle.results import compaction_report_path
+from kafkalog.cycle.results import CompactionJobReport, compaction_report_path
 from kafkalog.cycle.steps import CycleSettings
 from kafkalog.errors import (
     CleanerError,
@@ -251,9 +251,11 @@ def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> 
     """The Spark job's report says ``locked`` for a partition whose cleaner lock another process holds."""
     run_dir = tmp_path / "run"
     write_json(compaction_report_path(run_dir), {
-        "version": 2, "status": "partitions-failed", "started_at": 0, "timings": {}, "totals": {}, "partitions": [
+        "version": 2, "status": "partitions-failed", "error": None, "plan": None, "started_at": 0, "timings": {},
+        "totals": {}, "partitions": [
             {"topic": CHANGELOG, "partition": 0, "ok": False, "status": "locked", "error": "x: locked"},
-            {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "error": None, "stats": {}}]})
+            {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "error": None,
+             "stats": {"records_read": 4, "records_written": 4, "bytes_read": 90, "bytes_written": 90}}]})
     summary = report.summarize(run_dir)
     assert summary.failed == () and summary.compaction.cleaned == (f"{CHANGELOG}-1",)
     assert summary.skipped == (report.Failure("compact", CHANGELOG, 0, "x: locked"),)
@@ -267,15 +269,25 @@ def test_a_compaction_round_another_cleaner_holds_is_skipped(tmp_path: Path) -> 
     (lambda d: d.update(status="fine"), "status 'fine' is not one of ok, partitions-failed, refused, spark-failed"),
     (lambda d: d["partitions"][0].pop("ok"), "partitions[0]: missing key(s) ok"),
     (lambda d: d["partitions"][0].update(stat={}), "partitions[0]: unknown key(s) stat"),
+    (lambda d: d.pop("plan"), "not a compaction job report of this kafkalog (version 2; missing key(s) plan)"),
+    (lambda d: d["plan"]["targets"][0].update(topik="x"), "plan.targets[0]: unknown key(s) topik"),
+    (lambda d: d["partitions"][0].pop("stats"), "partitions[0]: a cleaned partition without its stats"),
+    (lambda d: d["partitions"][0]["stats"].pop("bytes_read"), "partitions[0]: stats: missing key(s) bytes_read"),
+    (lambda d: d["partitions"][0]["stats"].update(records_read="5"),
+     "partitions[0]: stats: records_read must be an integer of 0 or more, not \"5\""),
 ])
 def test_a_compaction_job_report_of_another_shape_is_refused_naming_the_key(
         tmp_path: Path, change: Any, message: str) -> None:
     run_dir = tmp_path / "run"
-    doc = {"version": 2, "status": "ok", "started_at": 0, "timings": {}, "totals": {}, "partitions": [
+    target = {"topic": CHANGELOG, "partition": 1, "first_dirty_offset": 0, "first_uncleanable_offset": 5}
+    doc = {"version": 2, "status": "ok", "error": None, "started_at": 0, "timings": {}, "totals": {},
+           "plan": {"source": "plan.json", "topic": None, "partition": None, "targets": [target]}, "partitions": [
         {"topic": CHANGELOG, "partition": 1, "ok": True, "status": "cleaned", "error": None,
-         "stats": {"records_read": 5, "records_written": 2, "bytes_read": 500, "bytes_written": 200}}]}
+         "stats": {"records_read": 5, "records_written": 2, "bytes_read": 500, "bytes_written": 200,
+                   "map_seconds": 0.1}}]}
     write_json(compaction_report_path(run_dir), doc)
     assert report.summarize(run_dir).compaction.topics == {CHANGELOG: report.TopicCompacted(1, 3, 300)}
+    assert CompactionJobReport.load(run_dir).topics_read == (CHANGELOG,)  # type: ignore[union-attr]
     change(doc)
     write_json(compaction_report_path(run_dir), doc)
     with pytest.raises(PlanError, match=re.escape(f"{compaction_report_path(run_dir)}: {message}")):

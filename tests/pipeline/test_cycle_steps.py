@@ -90,6 +90,28 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
                                                         "(version 1; unknown key(s) deleted_file; missing key(s) "
                                                         "deleted_files)")):
         report.summarize(run_dir)
+    doc["deleted_files"] = doc.pop("deleted_file")
+    swept.write_text(json.dumps(doc))
+    assert report.summarize(run_dir) == summary
+
+    # So is an entry inside a result: a shard, an applied mark, an error.
+    scanned = run_dir / "results" / "scan_partitions.json"
+    marked = next(p for p in sorted((run_dir / "results").glob("mark_deleted-*.json"))
+                  if json.loads(p.read_text())["applied"])
+    for path, change, message in [
+        (scanned, lambda d: d["shards"][0].update(path=1), "shards[0].path: expected str, not 1"),
+        (marked, lambda d: d["applied"][0].pop("due_ms"), "applied[0]: expected the keys topic, partition, "
+                                                          "segments, bytes, log_start_offset_before"),
+        (marked, lambda d: d["errors"].append({"topic": "t", "partition": 0, "error": "x"}),
+         "errors[0]: expected the keys topic, partition, error, locked, not ['error', 'partition', 'topic']"),
+    ]:
+        kept = path.read_text()
+        doc = json.loads(kept)
+        change(doc)
+        path.write_text(json.dumps(doc))
+        with pytest.raises(PlanError, match=re.escape(f"{path}.{message}")):
+            report.summarize(run_dir)
+        path.write_text(kept)
 
 
 def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_path: Path) -> None:

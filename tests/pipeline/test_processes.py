@@ -66,9 +66,8 @@ def test_marks_split_across_processes_are_the_marks_of_one(tmp_path: Path, monke
         store = LogStore([log_dir])
         plan = retention.plan_retention(store, store.partitions(), now_ms)
         done = retention.apply_retention_plan(store, plan, run_id="r", processes=processes)
-        assert done["errors"] == []
-        return [(a["partition"], a["segments"], a["log_start_offset_after"], a["marked_files"])
-                for a in done["applied"]]
+        assert done.errors == ()
+        return [(a.partition, a.segments, a.log_start_offset_after, a.marked_files) for a in done.applied]
 
     one = apply(one_dir, 1)
     monkeypatch.setattr(shares, "MIN_PARTITIONS_PER_PROCESS", 2)

@@ -137,18 +137,12 @@ class TopicMarked:
 
 
 @dataclass(frozen=True)
-class MarkResult(StepResult):
+class MarkResult(StepResult, RetentionApplied):
+    """A shard's retention plan carried out, with what it changed per topic."""
+
     STEP: ClassVar[str] = "mark_deleted"
 
     shard: int
-    now_ms: int
-    dry_run: bool
-    applied: tuple[AppliedMark, ...]
-    errors: tuple[PartitionError, ...]  # ``locked``: another process held the partition
-    segments: int
-    bytes: int
-    newest_mark_ms: int | None  # None: nothing marked
-    file_delete_delay_ms: int
     topics: dict[str, TopicMarked]
 
 

@@ -364,8 +364,7 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: fl
         entries = [a for a in done.applied if a.topic == topic]
         changes[topic] = TopicMarked(sum(len(a.segments) for a in entries), sum(a.bytes for a in entries),
                                      {str(a.partition): a.log_start_offset_after for a in entries})
-    doc = MarkResult(shard, done.now_ms, done.dry_run, done.applied, done.errors, done.segments, done.bytes,
-                     done.newest_mark_ms, done.file_delete_delay_ms, changes).save(run_dir, shard)
+    doc = MarkResult(**vars(done), shard=shard, topics=changes).save(run_dir, shard)
     return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(done.errors)}
 
 

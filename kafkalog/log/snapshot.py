@@ -200,6 +200,11 @@ class RetentionSource:
         max_ts = self._timestamps[i]
         return (max_ts, "time-index") if max_ts >= 0 else (self._stat(i)[1], "mtime")
 
+    @property
+    def timestamps_read(self) -> frozenset[int]:
+        """The base offsets of the segments whose largest timestamp was read from their time index."""
+        return frozenset(self.bases[i] for i in self._timestamps)
+
     def log_end_offset(self) -> int:
         if self._end is None:
             last = len(self.bases) - 1
@@ -423,7 +428,8 @@ _INDEX_ENTRY_BYTES = {names.INDEX_SUFFIX: 8, names.TIME_INDEX_SUFFIX: 12, names.
 _KNOWN_SEGMENT_SUFFIXES = frozenset({*_INDEX_ENTRY_BYTES, names.LOG_SUFFIX, names.SNAPSHOT_SUFFIX})
 
 
-def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: bool) -> int | None:
+def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: bool, *,
+                  segments: Collection[int] | None = None) -> int | None:
     """The log end offset of a partition that Kafka's loader opens without recovering anything, else None
     (then only the full load can tell what to do).
 
@@ -437,6 +443,10 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
     kafkalog writer flushes and records it when it closes a log, so a writer that died leaves the point
     behind the end) or a broker's ``.kafka_cleanshutdown`` in the log dir. Like Kafka's loader after a
     clean shutdown, it reads no index entries in between (``recover --full`` and ``verify`` check all).
+
+    ``segments``: check the files of only these segments (by base offset) and the last, which holds the
+    log end; the others' names are checked. Retention marking passes the segments whose largest
+    timestamp its plan read: what a full load could change under its decisions.
     """
     present: set[str] = set()
     logs: list[str] = []
@@ -462,6 +472,10 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
             return None  # a producer snapshot the loader removes
         log_end = -1
         for prefix in logs:
+            if segments is not None and prefix != logs[-1] and int(prefix) not in segments:
+                if prefix + names.INDEX_SUFFIX not in present:
+                    return None  # Kafka's loader rebuilds a missing offset index
+                continue
             try:
                 log_end = _clean_segment_end(dir_fd, str(directory), prefix, present)
             except (FileNotFoundError, UnknownFileError):  # renamed since the listing, or not a regular file

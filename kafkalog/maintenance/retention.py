@@ -50,9 +50,11 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
 
     Under the partition lock the plan is made again with its own clock from the files as they are
     now. A partition as its last writer left it, closed and flushed (``LogStore.flushed_log_end``), is
-    marked from that listing, as Kafka's broker marks its loaded log: loading it would change nothing.
-    Any other (a crash to recover, a cleaner's files, every segment going, which needs a roll) is
-    loaded in full first, as Kafka's loader would."""
+    marked from that listing, as Kafka's broker marks its loaded log: loading it would change nothing
+    the plan decides (the files of the segments whose timestamps it read, and the log end, are
+    checked as the loader checks them; ``snapshot.clean_log_end``). Any other (a crash to recover, a
+    cleaner's files, every segment going, which needs a roll) is loaded in full first, as Kafka's
+    loader would."""
     tp = location.topic_partition
     cut = max((s.base_offset for s in plan.segments), default=None)
     with partition_lock(location.directory, timeout_s=lock_timeout_s), _source(store, location) as snapshot:
@@ -60,13 +62,16 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
             return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                    snapshot.log_start_offset, ())
         todo = _todo(store, snapshot, plan, cut)
+        # What a full load could change under the plan just made: the files of the segments whose
+        # timestamps it read, and the last segment's tail (the log end).
+        read = snapshot.timestamps_read
         if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
-            end = store.flushed_log_end(location)
+            end = store.flushed_log_end(location, segments=read)
             if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
                 store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
                 return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                        snapshot.log_start_offset, ())
-        elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location)) is not None:
+        elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location, segments=read)) is not None:
             return _mark_flushed(store, location, snapshot, todo, end, run_id)
     return _mark_loaded(store, location, plan, cut, run_id, lock_timeout_s)
 

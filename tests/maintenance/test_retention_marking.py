@@ -111,3 +111,38 @@ def test_a_retried_plan_records_the_log_start_offsets_a_killed_batch_did_not(tmp
     retry = run_cli("retention", "apply", "--log-dir", str(killed), "--plan", str(plan), "--json")
     assert retry.code == 0 and json.loads(retry.out)["applied"][0]["segments"] == []
     assert live_files(killed) == live_files(reference)
+
+
+def test_only_the_segments_the_plan_read_and_the_last_are_checked_before_marking_from_the_listing(
+        tmp_path: Path) -> None:
+    """A torn time index in a kept segment whose timestamp the plan never read changes nothing the plan
+    decides: the partition is still marked from its listing, as Kafka's loader after a clean shutdown
+    reads no index below the recovery point; the same damage in a segment the plan read (the first one
+    kept) makes it load the partition in full first, which rebuilds that index."""
+    now_ms = int(time.time() * 1000)
+    unread, read = tmp_path / "unread", tmp_path / "read"
+    _store(unread, now_ms)
+    more = "".join(f"k{i}:newer{i}\n" for i in range(200))  # several fresh segments after the first kept one
+    assert run_cli("produce", "--log-dir", str(unread), "--topic", "t", "--partition", "0", "--key-separator", ":",
+                   "--timestamp-ms", str(now_ms), "--batch-records", "10", stdin=more).code == 0
+    shutil.copytree(unread, read)
+    plan = json.loads(run_cli("retention", "plan", "--log-dir", str(unread), "--now-ms", str(now_ms), "--json").out)
+    (due,) = [p for p in plan["partitions"] if p["segments"]]
+    bases = sorted(int(p.name[:20]) for p in (unread / "t-0").glob("*" + names.LOG_SUFFIX))
+    first_kept = bases[len(due["segments"])]
+    middle = bases[len(due["segments"]) + 1]
+    assert middle != bases[-1]
+    for log_dir, damaged in ((unread, middle), (read, first_kept)):
+        (log_dir / names.CLEAN_SHUTDOWN_FILE).touch()  # consumed by a full load only
+        index = names.time_index_file(log_dir / "t-0", damaged)
+        with index.open("ab") as torn:
+            torn.write(b"\x00" * 5)  # not a whole entry: Kafka's sanity check refuses it
+        done = run_cli("retention", "apply", "--log-dir", str(log_dir), "--now-ms", str(now_ms), "--json")
+        assert done.code == 0, done.err
+        assert [a["segments"] for a in json.loads(done.out)["applied"]] == [[s["base_offset"] for s in due["segments"]]]
+    assert (unread / names.CLEAN_SHUTDOWN_FILE).exists()  # marked from the listing
+    assert names.time_index_file(unread / "t-0", middle).stat().st_size % 12 == 5  # not read, not repaired
+    assert not (read / names.CLEAN_SHUTDOWN_FILE).exists()  # loaded in full
+    assert names.time_index_file(read / "t-0", first_kept).stat().st_size % 12 == 0  # rebuilt by the load
+    assert sorted(p.name for p in (unread / "t-0").glob("*" + names.DELETED_SUFFIX)) == \
+        sorted(p.name for p in (read / "t-0").glob("*" + names.DELETED_SUFFIX))

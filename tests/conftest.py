@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests write and fsync files: a per-example deadline would time the disk and the other tests
+# running beside them, not the code (speed is measured in benchmarks/).
+settings.register_profile("kafkalog", deadline=None)
+settings.load_profile("kafkalog")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "kafka-real"

@@ -58,11 +58,13 @@ class CheckpointError(KafkaLogError):
     """A checkpoint or partition.metadata file is malformed, or an entry cannot be written."""
 
 
-def atomic_write_bytes(path: StrPath, data: bytes) -> None:
+def atomic_write_bytes(path: StrPath, data: bytes, *, durable_rename: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the directory so the rename
-    itself survives a power loss. On an exception the ``.tmp`` is removed and ``path`` is untouched.
+    itself survives a power loss; ``durable_rename=False`` leaves that last fsync out, for a file whose
+    old content is as good after a power loss (the new content is never torn either way). On an
+    exception the ``.tmp`` is removed and ``path`` is untouched.
     """
     target = Path(path)
     tmp = target.with_name(target.name + TMP_SUFFIX)
@@ -75,7 +77,8 @@ def atomic_write_bytes(path: StrPath, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(target.parent)
+    if durable_rename:
+        fsync_dir(target.parent)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -205,15 +208,16 @@ def read_leader_epoch_checkpoint(path: StrPath) -> list[tuple[int, int]]:
     return result
 
 
-def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[tuple[int, int]]) -> None:
-    """Atomically write a leader-epoch checkpoint, keeping the given order."""
+def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[tuple[int, int]], *,
+                                  durable_rename: bool = True) -> None:
+    """Atomically write a leader-epoch checkpoint, keeping the given order (``atomic_write_bytes``)."""
     p = Path(path)
     lines = []
     for epoch, start_offset in entries:
         _check_range(p, "leader epoch", epoch, _INT32_MIN, _INT32_MAX)
         _check_range(p, f"start offset of epoch {epoch}", start_offset, _INT64_MIN, _INT64_MAX)
         lines.append(f"{epoch} {start_offset}")
-    atomic_write_bytes(p, _encode_checkpoint(LEADER_EPOCH_CHECKPOINT_VERSION, lines))
+    atomic_write_bytes(p, _encode_checkpoint(LEADER_EPOCH_CHECKPOINT_VERSION, lines), durable_rename=durable_rename)
 
 
 class LeaderEpochFileCache:
@@ -252,7 +256,11 @@ class LeaderEpochFileCache:
     def truncate_from_start(self, start_offset: int) -> bool:
         """The log start offset moved to ``start_offset`` (``truncateFromStart``): the entries starting at
         or below it go, and the last of them comes back starting at ``start_offset``, since its epoch
-        still holds the records from there."""
+        still holds the records from there.
+
+        The rename is not made durable (Kafka's ``truncateFromStartAsyncFlush`` flushes it later, off the
+        caller's path): the entries it drops describe only records below the log start offset, and every
+        load truncates them again from there, so the old file after a power loss is as good."""
         below = [(e, o) for e, o in self.entries if o <= start_offset]
         if not below:
             return False
@@ -260,7 +268,7 @@ class LeaderEpochFileCache:
         if kept == self.entries:
             return False
         self.entries = kept
-        write_leader_epoch_checkpoint(self.path, kept)
+        write_leader_epoch_checkpoint(self.path, kept, durable_rename=False)
         return True
 
     def clear(self) -> None:

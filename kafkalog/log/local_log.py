@@ -217,7 +217,9 @@ class LocalLog:
         assert leader_epochs is not None
         log._recover(rebuild, kafka_rebuilds, had_clean_shutdown, notes, truncate_corrupt, leader_epochs)
         log.log_start_offset = max(log_start_offset, log._segments[0].base_offset)
-        leader_epochs.truncate_from_start(log_start_offset)  # moved without it: a crash, or an operator's checkpoint
+        # Moved without it (a crash lost the truncation, or the log start offset checkpoint, or an operator
+        # edited it): as Kafka's LogLoader, from max(checkpoint, first segment), the log start offset.
+        leader_epochs.truncate_from_start(log.log_start_offset)
         log._remove_out_of_range_snapshots(notes)
         log.load_report = LoadReport(tuple(notes + log._snapshot_notes), log.load_report.recovered_segments,
                                      log.load_report.truncated_bytes)

@@ -146,3 +146,31 @@ def test_only_the_segments_the_plan_read_and_the_last_are_checked_before_marking
     assert names.time_index_file(read / "t-0", first_kept).stat().st_size % 12 == 0  # rebuilt by the load
     assert sorted(p.name for p in (unread / "t-0").glob("*" + names.DELETED_SUFFIX)) == \
         sorted(p.name for p in (read / "t-0").glob("*" + names.DELETED_SUFFIX))
+
+
+def test_a_lost_epoch_truncation_is_made_again_by_the_next_load(tmp_path: Path) -> None:
+    """Marking writes the leader epochs' truncation without making its rename durable, as Kafka's
+    ``truncateFromStartAsyncFlush`` flushes it later: a power loss may bring back the old checkpoint, and
+    the log start offset checkpoint with it. The next load truncates the epochs again from the log start
+    offset, max(checkpoint, first segment), as Kafka's ``LogLoader`` does."""
+    now_ms = int(time.time() * 1000)
+    _store(tmp_path, now_ms)
+    partition = tmp_path / "t-0"
+    epochs = partition / names.LEADER_EPOCH_CHECKPOINT
+    checkpoint.write_leader_epoch_checkpoint(epochs, [(0, 0), (3, 5)])
+    start_checkpoint = tmp_path / names.LOG_START_OFFSET_CHECKPOINT
+    old = {path: path.read_bytes() for path in (epochs, start_checkpoint) if path.exists()}
+    done = run_cli("retention", "apply", "--log-dir", str(tmp_path), "--now-ms", str(now_ms), "--json")
+    assert done.code == 0, done.err
+    new_start = json.loads(done.out)["applied"][0]["log_start_offset_after"]
+    assert new_start > 5 and checkpoint.read_leader_epoch_checkpoint(epochs) == [(3, new_start)]
+    for path in (epochs, start_checkpoint):  # the power loss
+        if path in old:
+            path.write_bytes(old[path])
+        else:
+            path.unlink()
+    assert checkpoint.read_leader_epoch_checkpoint(epochs) == [(0, 0), (3, 5)]
+    store = LogStore([tmp_path])
+    with store.writable_log(store.locate("t", 0)) as log:
+        assert log.log_start_offset == new_start
+    assert checkpoint.read_leader_epoch_checkpoint(epochs) == [(3, new_start)]

@@ -421,12 +421,12 @@ def _sweep(args: argparse.Namespace, store: LogStore, run_id: str) -> int:
     locations = _retention_targets(args, store, include_metadata=True)
     doc = retention.sweep(store, locations, wall_now_ms=wall, run_id=run_id)
     if args.json:
-        _emit_json({"run_id": run_id, **doc}, sys.stdout)
+        _emit_json({"run_id": run_id, **doc, "errors": plain(doc["errors"])}, sys.stdout)
     else:
         print(f"Deleted {doc['deleted_files']} files ({doc['deleted_bytes']} bytes); {doc['waiting_files']} still "
               "within file.delete.delay.ms")
         for e in doc["errors"]:
-            print(f"kafkalog: {e['error']}", file=sys.stderr)
+            print(f"kafkalog: {e.error}", file=sys.stderr)
     return 1 if doc["errors"] else 0
 
 

@@ -198,11 +198,6 @@ class PartitionError:
                    as_str(d["error"], where, "error"), as_bool(d["locked"], where, "locked"))
 
 
-def error_entry(topic: str | None, partition: int | None, error: str, *, locked: bool = False) -> Doc:
-    """A partition that failed, as a step's result lists it (``PartitionError``'s JSON)."""
-    return PartitionError(topic, partition, error, locked).to_json()
-
-
 def _errors(value: Any, where: str) -> tuple[PartitionError, ...]:
     return tuple(PartitionError.from_json(e, f"{where}[{i}]") for i, e in enumerate(as_list(value, where, "errors")))
 

@@ -22,7 +22,6 @@ from kafkalog.cycle.documents import (
     PlanError,
     RetentionPlanDocument,
     SegmentDeletion,
-    error_entry,
     read_document,
 )
 from kafkalog.cycle.results import AppliedMark, RetentionApplied
@@ -149,21 +148,22 @@ def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dr
 
 
 def sweep(store: Any, locations: Iterable[Any], *, wall_now_ms: int, run_id: str, dry_run: bool = False) -> Doc:
-    """Phase two for ``locations``: delete ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+    """Phase two for ``locations``: delete ``.deleted`` files whose ``file.delete.delay.ms`` has passed.
+    ``errors`` are ``PartitionError``s; the rest is JSON."""
     from kafkalog.maintenance import journal
     from kafkalog.maintenance.retention import sweep_partition
 
     partitions: list[Doc] = []
-    errors: list[Doc] = []
+    errors: list[PartitionError] = []
     with journal.group_commit():
         for location in locations:
             tp = location.topic_partition
             try:
                 report = sweep_partition(store, location, wall_now_ms=wall_now_ms, run_id=run_id, dry_run=dry_run)
             except (KafkaLogError, OSError) as exc:
-                errors.append(error_entry(tp.topic, tp.partition, str(exc)))
+                errors.append(PartitionError(tp.topic, tp.partition, str(exc)))
                 continue
-            errors += [error_entry(tp.topic, tp.partition, f"refused: {line}") for line in report.refused]
+            errors += [PartitionError(tp.topic, tp.partition, f"refused: {line}") for line in report.refused]
             if report.deleted_files or report.waiting_files:
                 partitions.append(vars(report))
     due = [p["next_due_ms"] for p in partitions if p["next_due_ms"] is not None]

@@ -428,8 +428,7 @@ def delete_marked(run_dir: Path | str) -> Doc:
             freed[p["topic"]] = TopicFreed(was.files_deleted + len(p["deleted_files"]),
                                            was.bytes_freed + p["deleted_bytes"])
     due = [d for d in (swept["next_due_ms"], dirs.next_due_ms) if d is not None]
-    errors = [PartitionError.from_json(e, "sweep") for e in swept["errors"]] + \
-        [PartitionError(None, None, refused) for refused in dirs.refused]
+    errors = [*swept["errors"], *(PartitionError(None, None, refused) for refused in dirs.refused)]
     doc = SweepResult(swept["wall_clock_ms"], swept["dry_run"], tuple(errors), swept["deleted_files"],
                       swept["deleted_bytes"], swept["waiting_files"], swept["waiting_bytes"], min(due) if due else None,
                       tuple(dirs.deleted_dirs), dirs.deleted_bytes, tuple(dirs.waiting_dirs), freed).save(run_dir)

@@ -111,14 +111,13 @@ def snapshot_log(log_dir: Path, topic: str, partition: int, config: LogConfig,
         return source.snapshot()
 
 
-def _listed_segments(dir_fd: int, directory: str) -> tuple[list[str], list[str]]:
-    """The partition's regular files and the 20-digit base offsets of its ``.log`` files, in offset order."""
-    listing = _regular_file_names(dir_fd, directory)
+def _log_prefixes(listing: list[str]) -> list[str]:
+    """The 20-digit base offsets of the ``.log`` files of a listing, in offset order."""
     prefixes = [name[:20] for name in listing if name[20:] == names.LOG_SUFFIX]
     if not all(map(str.isdigit, prefixes)):  # checked apart: a per-name check costs a partition a third more
         prefixes = [prefix for prefix in prefixes if prefix.isdigit()]
     prefixes.sort()  # same width, so text order is offset order
-    return listing, prefixes
+    return prefixes
 
 
 def _names_present(listing: list[str]) -> Collection[str]:
@@ -133,33 +132,71 @@ def _high_watermark(log_start_offset: int, log_end_offset: int, checkpointed: in
     return max(log_start_offset, capped)
 
 
+class _PartitionFiles:
+    """A partition directory's files as one reader sees them: the listing, then each index's first and
+    last entries and each segment's framed tail read once, however many checks ask. Every file is
+    reached through the directory's descriptor (the kernel resolves one name per call instead of the
+    whole path, which is most of what a stat or an open of a small file costs)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.fd = _open_partition_dir(directory)
+        try:
+            self.regular, self.irregular = _file_names(self.fd)
+        except BaseException:
+            self.close()
+            raise
+        self._ends: dict[str, tuple[bytes, bytes, int]] = {}
+        self._tails: dict[str, _LogTail] = {}
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def ends(self, name: str, entry_size: int) -> tuple[bytes, bytes, int]:
+        """``_read_ends`` of the file, read once."""
+        found = self._ends.get(name)
+        if found is None:
+            found = self._ends[name] = _read_ends(self.fd, self.directory, name, entry_size)
+        return found
+
+    def tail(self, prefix: str, base_offset: int) -> _LogTail:
+        """``_frame_log_tail`` of the segment, framed once."""
+        found = self._tails.get(prefix)
+        if found is None:
+            found = self._tails[prefix] = _frame_log_tail(self, prefix, base_offset)
+        return found
+
+
 class RetentionSource:
     """One partition's segments as retention planning walks them (``policy.retention.plan_retention``):
     the listing up front, and each segment's size, largest timestamp and the log end offset read only
     when the planner asks, each once (``snapshot`` reads them all). It decides nothing: the planner's
-    walk is what is read. Use it as a context manager: it holds the partition directory open, and
-    every file is reached through that descriptor (the kernel resolves one name per call instead of
-    the whole path, which is most of what a stat or an open of a small file costs)."""
+    walk is what is read. Use it as a context manager: it holds the partition directory open (its
+    ``_PartitionFiles``, which ``clean_log_end`` may go on reading)."""
 
     def __init__(self, log_dir: Path, topic: str, partition: int, config: LogConfig,
                  checkpoints: LogDirCheckpoints) -> None:
         self.topic, self.partition, self.log_dir, self.config = topic, partition, log_dir, config
         self._directory = f"{log_dir}/{topic}-{partition}"
-        self._dir_fd = _open_partition_dir(self._directory)
+        self.files = _PartitionFiles(self._directory)
         self._stats: dict[int, tuple[int, int]] = {}  # segment index -> (size, mtime ms)
         self._timestamps: dict[int, int] = {}
         self._end: int | None = None
         key = (topic, partition)
         self._hw_checkpoint = checkpoints.high_watermarks.get(key)
         try:
-            self._listing, self._prefixes = _listed_segments(self._dir_fd, self._directory)
+            _refuse_irregular_segment_files(self.files)
+            self._listing = self.files.regular
+            self._prefixes = _log_prefixes(self._listing)
             self._present = _names_present(self._listing)
             self._checkpointed_start = checkpoints.log_start_offsets.get(key, 0)
             if not self._prefixes:  # the loader's empty active segment at the checkpointed log start offset
                 start = self._checkpointed_start
                 self.bases: tuple[int, ...] = (start,)
                 self.log_start_offset = self._end = start
-                self._stats[0] = (0, os.stat(self._dir_fd).st_mtime_ns // 1_000_000)
+                self._stats[0] = (0, os.stat(self.files.fd).st_mtime_ns // 1_000_000)
                 self._timestamps[0] = -1
             else:
                 self.bases = tuple(map(int, self._prefixes))
@@ -171,9 +208,7 @@ class RetentionSource:
             raise
 
     def close(self) -> None:
-        if self._dir_fd >= 0:
-            os.close(self._dir_fd)
-            self._dir_fd = -1
+        self.files.close()
 
     def __enter__(self) -> RetentionSource:
         return self
@@ -183,7 +218,7 @@ class RetentionSource:
 
     def _stat(self, i: int) -> tuple[int, int]:
         if i not in self._stats:
-            info = _regular_stat(self._dir_fd, self._directory, self._prefixes[i] + names.LOG_SUFFIX)
+            info = _regular_stat(self.files.fd, self._directory, self._prefixes[i] + names.LOG_SUFFIX)
             self._stats[i] = (info.st_size, info.st_mtime_ns // 1_000_000)
         return self._stats[i]
 
@@ -194,7 +229,7 @@ class RetentionSource:
         """``LogSegment.largestTimestamp`` of segment ``i`` and where it comes from (time-index or mtime)."""
         if i not in self._timestamps:
             prefix = self._prefixes[i]
-            self._timestamps[i] = _largest_timestamp(self._dir_fd, self._directory, prefix, self.bases[i],
+            self._timestamps[i] = _largest_timestamp(self.files, prefix, self.bases[i],
                                                      prefix + names.INDEX_SUFFIX in self._present,
                                                      self._stats[i][0] if i in self._stats else None)
         max_ts = self._timestamps[i]
@@ -208,7 +243,7 @@ class RetentionSource:
     def log_end_offset(self) -> int:
         if self._end is None:
             last = len(self.bases) - 1
-            tail = _frame_log_tail(self._dir_fd, self._directory, self._prefixes[last], self.bases[last])
+            tail = self.files.tail(self._prefixes[last], self.bases[last])
             end = _log_end_offset(tail, self._directory, self.bases[last])
             checkpoint.check_log_start_offset(self._directory, self._checkpointed_start, end)
             self._stats.setdefault(last, (tail.log_size, tail.log_mtime_ms))
@@ -232,7 +267,7 @@ class RetentionSource:
         segments = tuple(SegmentSnapshot(base, nexts[i], self._stats[i][0], self._timestamps[i], self._stats[i][1])
                          for i, base in enumerate(self.bases))
         return LogSnapshot(self.topic, self.partition, self.log_dir, self.config, segments, self.log_start_offset,
-                           end, self.high_watermark(), _pending_delete_bytes(self._dir_fd, self._listing))
+                           end, self.high_watermark(), _pending_delete_bytes(self.files.fd, self._listing))
 
     def high_watermark_reaches(self, offset: int) -> bool:
         """``highWatermark >= offset``, reading the log end offset only when ``offset`` lies past the last
@@ -256,18 +291,24 @@ def _open_partition_dir(directory: Path | str) -> int:
         raise
 
 
-def _regular_file_names(dir_fd: int, directory: str) -> list[str]:
-    """The regular files of the partition directory, told by the listing's file types (no stat per
-    file). A symlink, FIFO, device or directory named like a segment file is refused: a segment the
-    snapshot does not read is still checked."""
+def _file_names(dir_fd: int) -> tuple[list[str], list[str]]:
+    """The names of the partition directory's regular files and of anything else in it, told by the
+    listing's file types (no stat per file)."""
     with os.scandir(dir_fd) as listing:
         entries = list(listing)
     regular = [entry.name for entry in entries if entry.is_file(follow_symlinks=False)]
-    if len(regular) < len(entries):
-        for entry in entries:
-            if not entry.is_file(follow_symlinks=False) and names.parse_segment_file_name(entry.name) is not None:
-                raise names.not_a_regular_file(f"{directory}/{entry.name}", entry.stat(follow_symlinks=False).st_mode)
-    return regular
+    if len(regular) == len(entries):
+        return regular, []
+    return regular, [entry.name for entry in entries if not entry.is_file(follow_symlinks=False)]
+
+
+def _refuse_irregular_segment_files(files: _PartitionFiles) -> None:
+    """A symlink, FIFO, device or directory named like a segment file is refused: a segment the
+    snapshot does not read is still checked."""
+    for name in files.irregular:
+        if names.parse_segment_file_name(name) is not None:
+            raise names.not_a_regular_file(f"{files.directory}/{name}", os.stat(name, dir_fd=files.fd,
+                                                                               follow_symlinks=False).st_mode)
 
 
 def _regular_stat(dir_fd: int, directory: str, name: str) -> os.stat_result:
@@ -327,15 +368,16 @@ def _read_ends(dir_fd: int, directory: str, name: str, entry_size: int) -> tuple
         os.close(fd)
 
 
-def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: int, has_offset_index: bool,
+def _largest_timestamp(files: _PartitionFiles, prefix: str, base_offset: int, has_offset_index: bool,
                        log_size: int | None = None) -> int:
     """The segment's max timestamp as Kafka's loader leaves it (-1 if it has none): the time index's
     last entry, read alone where possible; but where the offset index is missing or the time index is
     unusable, the loader rebuilds both from the log, so it is the largest batch timestamp there. Like
     Kafka's loader below the recovery point, it judges the offset index by its presence alone. The log
     is stat-ed (when ``log_size`` is not given) only if the time index cannot answer alone."""
-    head, tail, size = _read_ends(dir_fd, directory, prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size) \
-        if has_offset_index else (b"", b"", 0)
+    directory = files.directory
+    head, tail, size = files.ends(prefix + names.TIME_INDEX_SUFFIX, _TIME_ENTRY.size) if has_offset_index \
+        else (b"", b"", 0)
     if tail and size % _TIME_ENTRY.size == 0:
         timestamp, relative_offset = _TIME_ENTRY.unpack(tail)
         if relative_offset == 0 and size > _TIME_ENTRY.size:
@@ -352,7 +394,7 @@ def _largest_timestamp(dir_fd: int, directory: str, prefix: str, base_offset: in
             # Kafka's sanity check refuses a time index whose last timestamp is below its first.
             return int(timestamp)
     if log_size is None:
-        log_size = _regular_stat(dir_fd, directory, prefix + names.LOG_SUFFIX).st_size
+        log_size = _regular_stat(files.fd, directory, prefix + names.LOG_SUFFIX).st_size
     if log_size <= 0:
         return -1
     batches = _segment(directory, base_offset).scan_valid()
@@ -379,17 +421,17 @@ class _LogTail(NamedTuple):
     unframed_bytes: int  # what follows it: a torn or zero-filled tail, or a position that starts no batch
 
 
-def _frame_log_tail(dir_fd: int, directory: str, prefix: str, base_offset: int) -> _LogTail:
+def _frame_log_tail(files: _PartitionFiles, prefix: str, base_offset: int) -> _LogTail:
     """Frame the batch headers after the last offset-index entry: a segment's end without reading its
     start (an empty log needs no index). The index cannot say where to start (``next_offset`` -1) when
     it ends in a torn entry, or in the zero slots of a file a running broker preallocated: then only
     the whole segment tells where its data ends."""
-    fd, info = _open_regular(dir_fd, directory, prefix + names.LOG_SUFFIX)
+    fd, info = _open_regular(files.fd, files.directory, prefix + names.LOG_SUFFIX)
     try:
         log_size, mtime_ms = info.st_size, info.st_mtime_ns // 1_000_000
         if not log_size:
             return _LogTail(0, mtime_ms, (), 0, base_offset, 0, 0)
-        head, tail, index_size = _read_ends(dir_fd, directory, prefix + names.INDEX_SUFFIX, _INDEX_ENTRY.size)
+        head, tail, index_size = files.ends(prefix + names.INDEX_SUFFIX, _INDEX_ENTRY.size)
         if index_size % _INDEX_ENTRY.size or (index_size > _INDEX_ENTRY.size and tail[:4] == bytes(4)):
             return _LogTail(log_size, mtime_ms, (), 0, -1, 0, log_size)
         entries = (_INDEX_ENTRY.unpack(head), _INDEX_ENTRY.unpack(tail)) if tail else ()
@@ -429,7 +471,7 @@ _KNOWN_SEGMENT_SUFFIXES = frozenset({*_INDEX_ENTRY_BYTES, names.LOG_SUFFIX, name
 
 
 def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: bool, *,
-                  segments: Collection[int] | None = None) -> int | None:
+                  source: RetentionSource | None = None) -> int | None:
     """The log end offset of a partition that Kafka's loader opens without recovering anything, else None
     (then only the full load can tell what to do).
 
@@ -444,15 +486,17 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
     behind the end) or a broker's ``.kafka_cleanshutdown`` in the log dir. Like Kafka's loader after a
     clean shutdown, it reads no index entries in between (``recover --full`` and ``verify`` check all).
 
-    ``segments``: check the files of only these segments (by base offset) and the last, which holds the
-    log end; the others' names are checked. Retention marking passes the segments whose largest
-    timestamp its plan read: what a full load could change under its decisions.
+    ``source``: the partition as a retention plan just read it, under the partition's lock (retention
+    marking): its listing and reads are this check's, and only the files of the segments whose largest
+    timestamp the plan read, and the last (the log end), are checked; the others' names are. What a
+    full load could change under the plan's decisions.
     """
     present: set[str] = set()
     logs: list[str] = []
-    dir_fd = _open_partition_dir(directory)
+    files = source.files if source is not None else _PartitionFiles(str(directory))
+    segments = source.timestamps_read if source is not None else None
     try:
-        for name in os.listdir(dir_fd):
+        for name in (*files.regular, *files.irregular):
             if name in names.PARTITION_FILES or name.endswith(names.DELETED_SUFFIX):
                 continue
             prefix, dot, suffix = name.partition(".")
@@ -477,37 +521,38 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
                     return None  # Kafka's loader rebuilds a missing offset index
                 continue
             try:
-                log_end = _clean_segment_end(dir_fd, str(directory), prefix, present)
+                log_end = _clean_segment_end(files, prefix, present)
             except (FileNotFoundError, UnknownFileError):  # renamed since the listing, or not a regular file
                 return None
             if log_end < 0:
                 return None
         checkpoint.read_leader_epoch_checkpoint(Path(directory, names.LEADER_EPOCH_CHECKPOINT))  # loaded with it
     finally:
-        os.close(dir_fd)
+        if source is None:
+            files.close()
     return log_end if clean_shutdown or recovery_point == log_end else None
 
 
-def _clean_segment_end(dir_fd: int, directory: str, prefix: str, present: set[str]) -> int:
+def _clean_segment_end(files: _PartitionFiles, prefix: str, present: set[str]) -> int:
     """The segment's next offset if it passes ``clean_log_end``'s checks, else -1."""
     base, time_name, txn_name = int(prefix), prefix + names.TIME_INDEX_SUFFIX, prefix + names.TXN_INDEX_SUFFIX
     if prefix + names.INDEX_SUFFIX not in present:
         return -1
-    tail = _frame_log_tail(dir_fd, directory, prefix, base)
+    tail = files.tail(prefix, base)
     if tail.next_offset < 0 or tail.unframed_bytes or (tail.position and not tail.framed_bytes):
         return -1  # not ending on a batch boundary, or an index entry that starts no batch
-    if not tail.log_size and _regular_size(dir_fd, prefix + names.INDEX_SUFFIX):
+    if not tail.log_size and _regular_size(files.fd, prefix + names.INDEX_SUFFIX):
         return -1  # entries pointing into an empty log (the framing above did not read the index)
     if tail.entries:
         (first_offset, first_position), (last_offset, last_position) = tail.entries
         if not 0 <= first_offset <= last_offset or not 0 <= first_position <= last_position < tail.log_size \
                 or base + last_offset > max(base, tail.next_offset):
             return -1
-    if txn_name in present and _regular_size(dir_fd, txn_name) % _INDEX_ENTRY_BYTES[names.TXN_INDEX_SUFFIX]:
+    if txn_name in present and _regular_size(files.fd, txn_name) % _INDEX_ENTRY_BYTES[names.TXN_INDEX_SUFFIX]:
         return -1  # a torn entry, or not a regular file (-1)
     if time_name not in present:
         return -1 if tail.log_size else tail.next_offset
-    head, last, size = _read_ends(dir_fd, directory, time_name, _TIME_ENTRY.size)
+    head, last, size = files.ends(time_name, _TIME_ENTRY.size)
     if size % _TIME_ENTRY.size:
         return -1
     if last:

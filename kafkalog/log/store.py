@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from kafkalog.log import checkpoint, names
 from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_name, validate_topic_overrides
 from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.names import TopicPartition
-from kafkalog.log.snapshot import LogDirCheckpoints
+from kafkalog.log.snapshot import LogDirCheckpoints, RetentionSource
 
 if TYPE_CHECKING:  # opening a log loads the compiled kernels: commands that only list or describe do not
     from kafkalog.log.local_log import LocalLog
@@ -380,25 +380,25 @@ class LogStore:
         shutdown file (``had_clean_shutdown``), and changes nothing else."""
         return self._clean_log_end(location, had_clean_shutdown(location.log_dir, consume=True))
 
-    def flushed_log_end(self, location: PartitionLocation, *,
-                        segments: Collection[int] | None = None) -> int | None:
+    def flushed_log_end(self, location: PartitionLocation, source: RetentionSource) -> int | None:
         """The log end offset of a partition as its last kafkalog writer left it, closed and flushed: Kafka's
         loader would recover nothing (``snapshot.clean_log_end``: no file it would resolve, every segment
         ending on a batch boundary with its indexes in range) and the recovery point checkpoint is at
         the end (what a full load and flush would make of it); else None. Reads a few file headers and
         consumes nothing, not even a broker's clean shutdown file. Retention marks such a partition from
-        its listing, as Kafka's broker marks its loaded log, instead of loading it again. ``segments``: check
-        only these segments' files (and the last's), as ``snapshot.clean_log_end`` says."""
-        return self._clean_log_end(location, False, segments)
+        its listing, as Kafka's broker marks its loaded log, instead of loading it again. ``source``: the
+        partition as the plan just read it, under its lock, whose reads the check reuses
+        (``snapshot.clean_log_end`` says which files it checks)."""
+        return self._clean_log_end(location, False, source)
 
     def _clean_log_end(self, location: PartitionLocation, clean_shutdown: bool,
-                       segments: Collection[int] | None = None) -> int | None:
+                       source: RetentionSource | None = None) -> int | None:
         from kafkalog.log.snapshot import clean_log_end
 
         tp = location.topic_partition
         key = (tp.topic, tp.partition)
         recovery = self._offsets(location.log_dir / names.RECOVERY_POINT_CHECKPOINT).get(key)
-        end = clean_log_end(location.directory, recovery, clean_shutdown, segments=segments)
+        end = clean_log_end(location.directory, recovery, clean_shutdown, source=source)
         start = self._offsets(location.log_dir / names.LOG_START_OFFSET_CHECKPOINT).get(key, 0)
         return end if end is not None and start <= end else None
 

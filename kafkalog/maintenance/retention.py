@@ -62,16 +62,13 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
             return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                    snapshot.log_start_offset, ())
         todo = _todo(store, snapshot, plan, cut)
-        # What a full load could change under the plan just made: the files of the segments whose
-        # timestamps it read, and the last segment's tail (the log end).
-        read = snapshot.timestamps_read
         if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
-            end = store.flushed_log_end(location, segments=read)
+            end = store.flushed_log_end(location, snapshot)
             if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
                 store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
                 return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                        snapshot.log_start_offset, ())
-        elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location, segments=read)) is not None:
+        elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location, snapshot)) is not None:
             return _mark_flushed(store, location, snapshot, todo, end, run_id)
     return _mark_loaded(store, location, plan, cut, run_id, lock_timeout_s)
 

@@ -86,9 +86,9 @@ def test_the_walk_reads_no_log_end_while_the_oldest_segment_is_unexpired(
     framed: list[str] = []
     timed: list[str] = []
     frame_log_tail, largest_timestamp = snapshot._frame_log_tail, snapshot._largest_timestamp
-    monkeypatch.setattr(snapshot, "_frame_log_tail", lambda *args: framed.append(args[2]) or frame_log_tail(*args))
+    monkeypatch.setattr(snapshot, "_frame_log_tail", lambda *args: framed.append(args[1]) or frame_log_tail(*args))
     monkeypatch.setattr(snapshot, "_largest_timestamp",
-                        lambda *args: timed.append(args[2]) or largest_timestamp(*args))
+                        lambda *args: timed.append(args[1]) or largest_timestamp(*args))
     config = LogConfig.resolve(BrokerConfig.from_properties({}), {"retention.ms": str(2 * HOUR_MS)})
     with RetentionSource(tmp_path, "t", 0, config, LogDirCheckpoints.read(tmp_path)) as lean:
         plan = plan_retention(lean, T0 + 2 * HOUR_MS)

@@ -386,17 +386,18 @@ def cmd_retention(args: argparse.Namespace) -> int:
     if args.action == "apply":
         _progress(args, "retention apply: marking")
         applied = retention.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
-        doc["applied"] = plain(applied.applied)
         failures += plain(applied.errors)
         doc["errors"] = failures
     _progress_done(args)
     if args.json:
+        if args.action == "apply":
+            doc["applied"] = plain(applied.applied)
         _emit_json(doc, sys.stdout)
     else:
         verb = "marked deleted" if args.action == "apply" else "deletable"
         partitions = shown["partitions"]
         if args.action == "apply":
-            done = {(a["topic"], a["partition"]): set(a["segments"]) for a in doc["applied"]}
+            done = {(a.topic, a.partition): set(a.segments) for a in applied.applied}
             partitions = [{**p, "segments": [s for s in p["segments"] if s["base_offset"] in
                                              done.get((p["topic"], p["partition"]), set())]} for p in partitions]
         for p in partitions:

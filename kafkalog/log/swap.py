@@ -61,10 +61,11 @@ def mark_segments_deleted(directory: Path, bases: Sequence[int], *, log_start_of
     files (``.log`` first, so the segment leaves the log in one rename) and its producer snapshot are
     renamed to ``*.deleted``; then the leader epochs are aligned with the log that is left
     (``align_leader_epochs``). Returns the marked file names of each base."""
-    marked: dict[int, list[str]] = {}
-    for base in bases:
-        files = [*_segment_file_names(base, ""), names.snapshot_file(directory, base).name]
-        marked[base] = mark_deleted(directory, files, mark_time_ms=mark_time_ms)
+    files = [name for base in bases for name in
+             (*_segment_file_names(base, ""), names.offset_prefix(base) + names.SNAPSHOT_SUFFIX)]
+    marked: dict[int, list[str]] = {base: [] for base in bases}
+    for name in mark_deleted(directory, files, mark_time_ms=mark_time_ms):
+        marked[names.offset_from_file_name(name)].append(name)
     # After the renames, so a crash before them leaves no entry starting above records still in the log.
     align_leader_epochs(directory, log_start_offset=log_start_offset, log_end_offset=log_end_offset)
     return marked

@@ -46,10 +46,11 @@ class JournalEntry:
         doc = {name: getattr(self, name) for name in _FIELDS}
         doc["segments"] = list(self.segments)
         doc["files"] = list(self.files)
-        return json.dumps(doc, separators=(",", ":"), sort_keys=False)
+        return _ENCODE(doc)
 
 
 _FIELDS = tuple(f.name for f in fields(JournalEntry))
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # one encoder for every line, not one per line
 
 
 _GROUP: ContextVar[set[Path] | None] = ContextVar("kafkalog_journal_group", default=None)

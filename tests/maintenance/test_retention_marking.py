@@ -8,11 +8,15 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 
-from kafkalog.log import checkpoint, names
+from kafkalog.log import checkpoint, names, snapshot
+from kafkalog.log.snapshot import RetentionSource
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import journal
+from kafkalog.maintenance.retention import apply_retention
+from kafkalog.policy.retention import plan_retention
 from tests.pipeline.helpers import live_files
 
 HOUR_MS = 3_600_000
@@ -174,3 +178,28 @@ def test_a_lost_epoch_truncation_is_made_again_by_the_next_load(tmp_path: Path) 
     with store.writable_log(store.locate("t", 0)) as log:
         assert log.log_start_offset == new_start
     assert checkpoint.read_leader_epoch_checkpoint(epochs) == [(3, new_start)]
+
+
+def test_the_check_before_marking_from_the_listing_reads_each_file_once_with_the_plan(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the lock the plan is made again and the partition checked as a full load would see it: both
+    read through one ``RetentionSource``, so each index's ends and each segment's tail are read once."""
+    now_ms = int(time.time() * 1000)
+    _store(tmp_path, now_ms)
+    store = LogStore([tmp_path])
+    location = store.locate("t", 0)
+    with RetentionSource(tmp_path, "t", 0, store.log_config("t"), store.log_dir_checkpoints(tmp_path)) as source:
+        plan = plan_retention(source, now_ms, broker=store.broker)
+    assert plan.segments
+    ends: list[str] = []
+    tails: list[str] = []
+    read_ends, frame_log_tail = snapshot._read_ends, snapshot._frame_log_tail
+    monkeypatch.setattr(snapshot, "_read_ends", lambda *args: ends.append(args[2]) or read_ends(*args))
+    monkeypatch.setattr(snapshot, "_frame_log_tail", lambda *args: tails.append(args[1]) or frame_log_tail(*args))
+    report = apply_retention(store, location, plan, run_id="run-once")
+    assert report.deleted_segments == tuple(s.base_offset for s in plan.segments)
+    assert not report.rolled and tails  # marked from the listing, after the check framed the tails
+    assert len(ends) == len(set(ends)) and len(tails) == len(set(tails))
+    read = {int(name[:20]) for name in ends if name.endswith(names.TIME_INDEX_SUFFIX)}
+    last = max(int(p.name[:20]) for p in (tmp_path / "t-0").glob("*" + names.LOG_SUFFIX))
+    assert {int(prefix) for prefix in tails} == read | {last}  # what the plan read, and the log end

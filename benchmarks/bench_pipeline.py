@@ -114,6 +114,11 @@ def run_airflow(airflow: LocalAirflow, root: Path) -> tuple[float, dict[str, flo
         for task in failed:  # the logs go with the run's temporary directory: show why here
             for log in sorted(airflow.home.glob(f"logs/**/task_id={task.split('[')[0]}/**/*.log")):
                 print(f"--- {log}\n" + log.read_text(errors="replace")[-3000:], flush=True)
+            # Why the scheduler ended it, where the task's own log ends in success (a lost heartbeat, ...).
+            for component in sorted(airflow.home.glob("component-logs/*.log")):
+                said = [line for line in component.read_text(errors="replace").splitlines()
+                        if task.split("[")[0] in line and run_id in line]
+                print(f"--- {component.name}, lines on {task}:\n" + "\n".join(said[-20:]), flush=True)
         raise SystemExit(f"{CLEANUP} run {run_id} ended {state}: {airflow.task_states(CLEANUP, run_id)}")
     tasks: dict[str, float] = {}
     for ti in airflow.task_instances(CLEANUP, run_id):

@@ -28,6 +28,9 @@ from kafkalog.cycle.results import AppliedMark, RetentionApplied
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log.shares import map_shares
 
+# Partitions whose leader-epoch checkpoints are written together (and whose locks are held until then).
+MARKING_BATCH = 64
+
 
 def plan_retention(store: Any, locations: Sequence[Any], now_ms: int, *, processes: int = 1) -> RetentionPlanDocument:
     """Kafka's ``deleteOldSegments`` decisions for ``locations`` at ``now_ms``, as a retention plan.
@@ -107,24 +110,38 @@ def apply_retention_plan(store: Any, plan: RetentionPlanDocument, *, run_id: str
 
 def _apply_share(store: Any, now_ms: int, docs: Sequence[PartitionRetention], *, run_id: str, dry_run: bool,
                  lock_timeout_s: float) -> tuple[list[AppliedMark], list[PartitionError]]:
-    """Mark one share of a plan's partitions: checkpoints written and the journal fsynced once, at its end."""
+    """Mark one share of a plan's partitions: checkpoints written and the journal fsynced once, at its end;
+    the leader-epoch checkpoints of each ``MARKING_BATCH`` partitions written together."""
     from kafkalog.maintenance import journal
+    from kafkalog.maintenance.retention import MarkingBatch
 
     applied: list[AppliedMark] = []
     errors: list[PartitionError] = []
     with store.batched_checkpoints(), journal.group_commit():
-        for doc in docs:
-            try:
-                applied.append(_apply_one(store, now_ms, doc, run_id, dry_run, lock_timeout_s))
-            except LogLockedError as exc:
-                errors.append(PartitionError(doc.topic, doc.partition, str(exc), locked=True))
-            except (KafkaLogError, OSError) as exc:
-                errors.append(PartitionError(doc.topic, doc.partition, str(exc)))
+        for first in range(0, len(docs), MARKING_BATCH):
+            with MarkingBatch() as batch:
+                for doc in docs[first:first + MARKING_BATCH]:
+                    try:
+                        applied.append(_apply_one(store, now_ms, doc, run_id, dry_run, lock_timeout_s, batch))
+                    except LogLockedError as exc:
+                        errors.append(PartitionError(doc.topic, doc.partition, str(exc), locked=True))
+                    except (KafkaLogError, OSError) as exc:
+                        errors.append(PartitionError(doc.topic, doc.partition, str(exc)))
+            errors += [_epochs_not_written(directory, error) for directory, error in batch.errors]
     return applied, errors
 
 
+def _epochs_not_written(directory: Path, error: OSError) -> PartitionError:
+    from kafkalog.log.names import parse_partition_dir_name
+
+    tp = parse_partition_dir_name(directory.name)
+    return PartitionError(None if tp is None else tp.topic, None if tp is None else tp.partition,
+                          f"{directory}: segments marked, but the leader-epoch checkpoint was not rewritten "
+                          f"(every load truncates it again): {error}")
+
+
 def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dry_run: bool,
-               lock_timeout_s: float) -> AppliedMark:
+               lock_timeout_s: float, batch: Any) -> AppliedMark:
     from kafkalog.log.names import TopicPartition
     from kafkalog.log.store import PartitionLocation
     from kafkalog.maintenance.retention import apply_retention
@@ -139,7 +156,7 @@ def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dr
         for s in doc.segments), doc.roll_first, doc.log_start_offset_before, doc.log_start_offset_after, ())
     if not location.directory.is_dir():
         raise KafkaLogError(f"partition directory {location.directory} is gone")
-    report = apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s)
+    report = apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s, batch=batch)
     mark_ms = report.mark_time_ms
     due_ms = None if mark_ms is None else mark_ms + store.log_config(doc.topic).file_delete_delay_ms
     return AppliedMark(doc.topic, doc.partition, tuple(report.deleted_segments), report.bytes,

@@ -27,14 +27,16 @@ entry lines are split on ``\\s+`` the Java way (a leading blank makes an empty f
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kafkalog.errors import KafkaLogError
-from kafkalog.log.names import LOG_START_OFFSET_CHECKPOINT, TMP_SUFFIX
+from kafkalog.log.names import LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, TMP_SUFFIX
 
 StrPath = str | os.PathLike[str]
 
@@ -69,16 +71,20 @@ def atomic_write_bytes(path: StrPath, data: bytes, *, durable_rename: bool = Tru
     target = Path(path)
     tmp = target.with_name(target.name + TMP_SUFFIX)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp, data)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable_rename:
         fsync_dir(target.parent)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def fsync_dir(directory: Path) -> None:
@@ -211,13 +217,16 @@ def read_leader_epoch_checkpoint(path: StrPath) -> list[tuple[int, int]]:
 def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[tuple[int, int]], *,
                                   durable_rename: bool = True) -> None:
     """Atomically write a leader-epoch checkpoint, keeping the given order (``atomic_write_bytes``)."""
-    p = Path(path)
+    atomic_write_bytes(path, _encode_leader_epochs(Path(path), entries), durable_rename=durable_rename)
+
+
+def _encode_leader_epochs(path: Path, entries: Iterable[tuple[int, int]]) -> bytes:
     lines = []
     for epoch, start_offset in entries:
-        _check_range(p, "leader epoch", epoch, _INT32_MIN, _INT32_MAX)
-        _check_range(p, f"start offset of epoch {epoch}", start_offset, _INT64_MIN, _INT64_MAX)
+        _check_range(path, "leader epoch", epoch, _INT32_MIN, _INT32_MAX)
+        _check_range(path, f"start offset of epoch {epoch}", start_offset, _INT64_MIN, _INT64_MAX)
         lines.append(f"{epoch} {start_offset}")
-    atomic_write_bytes(p, _encode_checkpoint(LEADER_EPOCH_CHECKPOINT_VERSION, lines), durable_rename=durable_rename)
+    return _encode_checkpoint(LEADER_EPOCH_CHECKPOINT_VERSION, lines)
 
 
 class LeaderEpochFileCache:
@@ -246,7 +255,7 @@ class LeaderEpochFileCache:
     def truncate_from_end(self, end_offset: int) -> bool:
         """Drop the entries starting at or past ``end_offset`` (``truncateFromEnd``): the log was cut
         there, and an epoch that starts in records that are gone must not outlive them."""
-        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        kept = _truncated_from_end(self.entries, end_offset)
         if kept == self.entries:
             return False
         self.entries = kept
@@ -261,10 +270,7 @@ class LeaderEpochFileCache:
         The rename is not made durable (Kafka's ``truncateFromStartAsyncFlush`` flushes it later, off the
         caller's path): the entries it drops describe only records below the log start offset, and every
         load truncates them again from there, so the old file after a power loss is as good."""
-        below = [(e, o) for e, o in self.entries if o <= start_offset]
-        if not below:
-            return False
-        kept = [(below[-1][0], start_offset)] + self.entries[len(below):]
+        kept = _truncated_from_start(self.entries, start_offset)
         if kept == self.entries:
             return False
         self.entries = kept
@@ -276,6 +282,68 @@ class LeaderEpochFileCache:
         if self.entries or self.path.exists():
             self.entries = []
             write_leader_epoch_checkpoint(self.path, [])
+
+
+def _truncated_from_end(entries: list[tuple[int, int]], end_offset: int) -> list[tuple[int, int]]:
+    return [(e, o) for e, o in entries if o < end_offset]
+
+
+def _truncated_from_start(entries: list[tuple[int, int]], start_offset: int) -> list[tuple[int, int]]:
+    below = [(e, o) for e, o in entries if o <= start_offset]
+    return [(below[-1][0], start_offset)] + entries[len(below):] if below else entries
+
+
+class LeaderEpochBatch:
+    """The leader-epoch truncations of many partitions (``truncate_from_start`` then ``truncate_from_end``,
+    as ``swap.align_leader_epochs`` makes them one at a time), written together by ``commit``: every new
+    file is written, then all are fsynced at once, which the file system commits together rather than
+    one journal commit per file (group commit), and only then is each renamed over its old file, as a
+    lone write renames it once it is durable. Whoever stages a partition's truncation holds that
+    partition's lock until ``commit`` returns. Until then the old files stay, as after a crash before a
+    lone write: every load truncates them again from the log start offset."""
+
+    _FSYNC_THREADS = 16  # concurrent fsyncs are what the file system can commit together
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, bytes, bool]] = []  # (checkpoint, its new content, durable rename)
+
+    def truncate(self, directory: Path, *, log_start_offset: int, log_end_offset: int) -> None:
+        path = Path(directory) / LEADER_EPOCH_CHECKPOINT
+        entries = read_leader_epoch_checkpoint(path)
+        from_start = _truncated_from_start(entries, log_start_offset)
+        kept = _truncated_from_end(from_start, log_end_offset)
+        if kept != entries:  # the end's truncation is made durable at once, as truncate_from_end makes it
+            self._staged.append((path, _encode_leader_epochs(path, kept), kept != from_start))
+
+    def commit(self) -> list[tuple[Path, OSError]]:
+        """Write every staged file; returns the checkpoints that could not be written (their old file
+        stays), with the error."""
+        staged, self._staged = self._staged, []
+        failed: list[tuple[Path, OSError]] = []
+
+        def write(item: tuple[Path, bytes, bool]) -> OSError | None:
+            tmp = item[0].with_name(item[0].name + TMP_SUFFIX)
+            try:
+                _write_synced(tmp, item[1])
+            except OSError as exc:
+                with contextlib.suppress(OSError):  # the error to report is the write's
+                    tmp.unlink(missing_ok=True)
+                return exc
+            return None
+
+        with ThreadPoolExecutor(min(self._FSYNC_THREADS, len(staged) or 1),
+                                thread_name_prefix="kafkalog-epoch-flush") as pool:
+            written = list(pool.map(write, staged))
+        for (path, _, durable), error in zip(staged, written, strict=True):
+            try:
+                if error is not None:
+                    raise error
+                os.replace(path.with_name(path.name + TMP_SUFFIX), path)
+                if durable:
+                    fsync_dir(path.parent)
+            except OSError as exc:
+                failed.append((path, exc))
+        return failed
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,8 +45,37 @@ def wall_clock_ms() -> int:
     return int(time.time() * 1000)
 
 
+class MarkingBatch:
+    """Partitions marked one after another whose leader-epoch checkpoints are written together when the
+    batch closes (``checkpoint.LeaderEpochBatch``: one flush for the batch, not one per partition),
+    each partition's lock held until then, so no other writer sees its new segments with the old
+    epochs' file in between. ``errors`` names the partitions whose new epoch file could not be written
+    (their segments are marked; the old file stays, and every load truncates it again)."""
+
+    def __init__(self) -> None:
+        self.epochs = checkpoint.LeaderEpochBatch()
+        self.errors: list[tuple[Path, OSError]] = []  # (partition directory, why)
+        self._locks = ExitStack()
+
+    def hold(self, lock: ExitStack) -> None:
+        """Keep the partition lock ``lock`` holds until the batch closes."""
+        self._locks.enter_context(lock.pop_all())
+
+    def close(self) -> None:
+        try:
+            self.errors += [(path.parent, error) for path, error in self.epochs.commit()]
+        finally:
+            self._locks.close()
+
+    def __enter__(self) -> MarkingBatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def apply_retention(store: LogStore, location: PartitionLocation, plan: RetentionPlan, *, run_id: str,
-                    lock_timeout_s: float = 30.0) -> RetentionReport:
+                    lock_timeout_s: float = 30.0, batch: MarkingBatch | None = None) -> RetentionReport:
     """Mark the plan's segments deleted (never more than the plan: its cut is the upper bound).
 
     Under the partition lock the plan is made again with its own clock from the files as they are
@@ -54,22 +84,28 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
     the plan decides (the files of the segments whose timestamps it read, and the log end, are
     checked as the loader checks them; ``snapshot.clean_log_end``). Any other (a crash to recover, a
     cleaner's files, every segment going, which needs a roll) is loaded in full first, as Kafka's
-    loader would."""
+    loader would. With ``batch``, a partition marked from its listing leaves its leader-epoch checkpoint
+    and its lock to the batch, which writes and releases them when it closes."""
     tp = location.topic_partition
     cut = max((s.base_offset for s in plan.segments), default=None)
-    with partition_lock(location.directory, timeout_s=lock_timeout_s), _source(store, location) as snapshot:
-        if cut is None:
-            return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
-                                   snapshot.log_start_offset, ())
-        todo = _todo(store, snapshot, plan, cut)
-        if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
-            end = store.flushed_log_end(location, snapshot)
-            if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
-                store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
+    with ExitStack() as lock:
+        lock.enter_context(partition_lock(location.directory, timeout_s=lock_timeout_s))
+        with _source(store, location) as snapshot:
+            if cut is None:
                 return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
                                        snapshot.log_start_offset, ())
-        elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location, snapshot)) is not None:
-            return _mark_flushed(store, location, snapshot, todo, end, run_id)
+            todo = _todo(store, snapshot, plan, cut)
+            if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
+                end = store.flushed_log_end(location, snapshot)
+                if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
+                    store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
+                    return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
+                                           snapshot.log_start_offset, ())
+            elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location, snapshot)) is not None:
+                report = _mark_flushed(store, location, snapshot, todo, end, run_id, batch)
+                if batch is not None:
+                    batch.hold(lock)  # released once the batch has written this partition's epochs
+                return report
     return _mark_loaded(store, location, plan, cut, run_id, lock_timeout_s)
 
 
@@ -94,7 +130,8 @@ def _epochs_aligned(location: PartitionLocation, log_start_offset: int, log_end_
 
 
 def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: RetentionSource,
-                  todo: list[DeletableSegment], log_end_offset: int, run_id: str) -> RetentionReport:
+                  todo: list[DeletableSegment], log_end_offset: int, run_id: str,
+                  batch: MarkingBatch | None) -> RetentionReport:
     """Mark ``todo``, the oldest segments but not all, of a closed and flushed partition; the caller holds
     its lock. The recovery point stays at the log end, where the flushed log has it."""
     before = snapshot.log_start_offset
@@ -102,7 +139,8 @@ def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: Retent
     mark_ms = wall_clock_ms()
     store.write_offsets(location, recovery_point=log_end_offset, log_start_offset=after)
     marked = swap.mark_segments_deleted(location.directory, [s.base_offset for s in todo], log_start_offset=after,
-                                        log_end_offset=log_end_offset, mark_time_ms=mark_ms)
+                                        log_end_offset=log_end_offset, mark_time_ms=mark_ms,
+                                        epochs=None if batch is None else batch.epochs)
     return _journal_marks(location, run_id, mark_ms, todo, marked, before, after, rolled=False)
 
 

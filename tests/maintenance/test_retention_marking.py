@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from kafkalog.errors import LogLockedError
 from kafkalog.log import checkpoint, names, snapshot
+from kafkalog.log.lock import partition_lock
 from kafkalog.log.snapshot import RetentionSource
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import journal
-from kafkalog.maintenance.retention import apply_retention
-from kafkalog.policy.retention import plan_retention
+from kafkalog.maintenance.retention import MarkingBatch, apply_retention
+from kafkalog.policy.retention import RetentionPlan, plan_retention
 from tests.pipeline.helpers import live_files
 
 HOUR_MS = 3_600_000
@@ -203,3 +205,49 @@ def test_the_check_before_marking_from_the_listing_reads_each_file_once_with_the
     read = {int(name[:20]) for name in ends if name.endswith(names.TIME_INDEX_SUFFIX)}
     last = max(int(p.name[:20]) for p in (tmp_path / "t-0").glob("*" + names.LOG_SUFFIX))
     assert {int(prefix) for prefix in tails} == read | {last}  # what the plan read, and the log end
+
+
+def _epochs_and_plan(tmp_path: Path) -> tuple[LogStore, object, list[tuple[int, int]], RetentionPlan]:
+    now_ms = int(time.time() * 1000)
+    _store(tmp_path, now_ms)
+    store = LogStore([tmp_path])
+    epochs = checkpoint.read_leader_epoch_checkpoint(tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT)
+    with RetentionSource(tmp_path, "t", 0, store.log_config("t"), store.log_dir_checkpoints(tmp_path)) as source:
+        plan = plan_retention(source, now_ms, broker=store.broker)
+    assert plan.segments and epochs and epochs[0][1] < plan.log_start_offset_after
+    return store, store.locate("t", 0), epochs, plan
+
+
+def test_a_batch_writes_the_epochs_and_releases_the_lock_of_each_partition_it_marked_when_it_closes(
+        tmp_path: Path) -> None:
+    store, location, epochs, plan = _epochs_and_plan(tmp_path)
+    path = tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT
+    with MarkingBatch() as batch:
+        report = apply_retention(store, location, plan, run_id="run-batch", batch=batch)
+        assert report.log_start_offset_after == plan.log_start_offset_after
+        assert checkpoint.read_leader_epoch_checkpoint(path) == epochs  # not yet: the batch writes it
+        with pytest.raises(LogLockedError):  # and holds the partition until then
+            with partition_lock(tmp_path / "t-0", timeout_s=0):
+                pass
+    assert not batch.errors
+    assert checkpoint.read_leader_epoch_checkpoint(path)[0] == (epochs[0][0], report.log_start_offset_after)
+    with partition_lock(tmp_path / "t-0", timeout_s=0):
+        pass
+    assert not list((tmp_path / "t-0").glob("*" + names.TMP_SUFFIX))
+
+
+def test_an_epoch_file_the_batch_cannot_write_is_an_error_and_the_old_file_stays(tmp_path: Path) -> None:
+    store, location, epochs, plan = _epochs_and_plan(tmp_path)
+    path = tmp_path / "t-0" / names.LEADER_EPOCH_CHECKPOINT
+    with MarkingBatch() as batch:
+        report = apply_retention(store, location, plan, run_id="run-batch", batch=batch)
+        assert not report.rolled and report.deleted_segments  # marked from its listing: the epochs are staged
+        path.with_name(path.name + names.TMP_SUFFIX).mkdir()  # where the batch writes the new file
+    assert [directory for directory, _ in batch.errors] == [tmp_path / "t-0"]
+    assert checkpoint.read_leader_epoch_checkpoint(path) == epochs
+    with partition_lock(tmp_path / "t-0", timeout_s=0):  # released all the same
+        pass
+    path.with_name(path.name + names.TMP_SUFFIX).rmdir()
+    with store.writable_log(location) as log:  # the next load truncates them
+        assert log.log_start_offset == plan.log_start_offset_after
+    assert checkpoint.read_leader_epoch_checkpoint(path)[0] == (epochs[0][0], plan.log_start_offset_after)

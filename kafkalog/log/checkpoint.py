@@ -312,7 +312,7 @@ class LeaderEpochBatch:
         entries = read_leader_epoch_checkpoint(path)
         from_start = _truncated_from_start(entries, log_start_offset)
         kept = _truncated_from_end(from_start, log_end_offset)
-        if kept != entries:  # the end's truncation is made durable at once, as truncate_from_end makes it
+        if kept != entries:  # a rename that drops entries at the end is made durable, as truncate_from_end makes it
             self._staged.append((path, _encode_leader_epochs(path, kept), kept != from_start))
 
     def commit(self) -> list[tuple[Path, OSError]]:

@@ -375,17 +375,23 @@ def cmd_retention(args: argparse.Namespace) -> int:
         plan = retention.read_retention_plan(args.plan)
         if plan.now_ms > int(time.time() * 1000):
             raise KafkaLogError(f"{args.plan}: now_ms {plan.now_ms} is in the future")
+        if args.action == "apply":
+            _progress(args, "retention apply: marking")
+            applied = retention.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
     else:
         targets = _retention_targets(args, store)
-        _progress(args, f"retention {args.action}: planning {len(targets)} partitions")
-        plan = retention.plan_retention(store, targets, _now_ms(args), processes=args.processes)
+        if args.action == "apply":  # planned and marked in one pass, each partition under its lock
+            _progress(args, f"retention apply: planning and marking {len(targets)} partitions")
+            plan, applied = retention.enforce_retention(store, targets, _now_ms(args), run_id=run_id,
+                                                        processes=args.processes)
+        else:
+            _progress(args, f"retention plan: planning {len(targets)} partitions")
+            plan = retention.plan_retention(store, targets, _now_ms(args), processes=args.processes)
     now_ms = plan.now_ms
     shown = plan.to_json()
     doc: dict[str, Any] = {"run_id": run_id, "action": args.action, **shown}
     failures = list(shown["errors"])
     if args.action == "apply":
-        _progress(args, "retention apply: marking")
-        applied = retention.apply_retention_plan(store, plan, run_id=run_id, processes=args.processes)
         failures += plain(applied.errors)
         doc["errors"] = failures
     _progress_done(args)

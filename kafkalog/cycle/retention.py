@@ -10,10 +10,10 @@ so a reviewed plan can be enforced later and applying it twice changes nothing t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kafkalog.cycle.documents import (
     Doc,
@@ -27,6 +27,9 @@ from kafkalog.cycle.documents import (
 from kafkalog.cycle.results import AppliedMark, RetentionApplied
 from kafkalog.errors import KafkaLogError, LogLockedError
 from kafkalog.log.shares import map_shares
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 # Partitions whose leader-epoch checkpoints are written together (and whose locks are held until then).
 MARKING_BATCH = 64
@@ -79,13 +82,17 @@ def _plan_retention_share(store: Any, locations: Sequence[Any], *,
         except (KafkaLogError, OSError) as exc:
             errors.append(PartitionError(tp.topic, tp.partition, str(exc)))
             continue
-        partitions.append(PartitionRetention(
-            plan.topic, plan.partition, str(location.log_dir), plan.now_ms,
-            tuple(SegmentDeletion(s.base_offset, s.next_offset, s.size_bytes, s.reason, s.detail)
-                  for s in plan.segments),
-            plan.bytes, plan.roll_first, plan.log_start_offset_before, plan.log_start_offset_after,
-            tuple(str(b) for b in plan.blocked_by)))
+        partitions.append(_partition_retention(location, plan))
     return partitions, errors
+
+
+def _partition_retention(location: Any, plan: Any) -> PartitionRetention:
+    """A partition's ``policy.retention.RetentionPlan`` as the plan document has it."""
+    return PartitionRetention(
+        plan.topic, plan.partition, str(location.log_dir), plan.now_ms,
+        tuple(SegmentDeletion(s.base_offset, s.next_offset, s.size_bytes, s.reason, s.detail) for s in plan.segments),
+        plan.bytes, plan.roll_first, plan.log_start_offset_before, plan.log_start_offset_after,
+        tuple(str(b) for b in plan.blocked_by))
 
 
 def apply_retention_plan(store: Any, plan: RetentionPlanDocument, *, run_id: str, dry_run: bool = False,
@@ -98,37 +105,63 @@ def apply_retention_plan(store: Any, plan: RetentionPlanDocument, *, run_id: str
     ``plan_retention`` plans them (each under its own lock, so the result is the one a single process
     gets)."""
     check_plan_store(store, plan)
-    shares = map_shares(partial(_apply_share, store, plan.now_ms, run_id=run_id, dry_run=dry_run,
-                                lock_timeout_s=lock_timeout_s), list(plan.due), processes)
-    applied = tuple(entry for done, _ in shares for entry in done)
+    mark = partial(_apply_one, store, plan.now_ms, run_id=run_id, dry_run=dry_run, lock_timeout_s=lock_timeout_s)
+    shares = map_shares(partial(_mark_share, store, mark, lambda doc: (doc.topic, doc.partition)), list(plan.due),
+                        processes)
+    return _applied(plan.now_ms, dry_run, [entry for done, _ in shares for entry in done],
+                    [e for _, failed in shares for e in failed])  # the plan's own errors stay the plan's
+
+
+def enforce_retention(store: Any, locations: Sequence[Any], now_ms: int, *, run_id: str,
+                      lock_timeout_s: float = 30.0,
+                      processes: int = 1) -> tuple[RetentionPlanDocument, RetentionApplied]:
+    """Plan and mark ``locations`` in one pass (``kafkalog retention apply`` without a plan file): each
+    partition is planned under its lock and what is due marked at once
+    (``maintenance.retention.enforce_retention``), instead of planning every partition and then
+    planning the due ones again under their locks. Returns the plan that was carried out (what
+    ``plan_retention`` makes of each partition) and what was marked; a partition that could be
+    neither planned nor marked is an error of the marking."""
+    mark = partial(_enforce_one, store, now_ms, run_id=run_id, lock_timeout_s=lock_timeout_s)
+    shares = map_shares(partial(_mark_share, store, mark, _topic_partition), list(locations), processes)
+    done = [entry for marked, _ in shares for entry in marked]
+    plan = RetentionPlanDocument(now_ms, tuple(str(d) for d in store.log_dirs), tuple(p for p, _ in done), ())
+    return plan, _applied(now_ms, False, [a for p, a in done if p.segments],
+                          [e for _, failed in shares for e in failed])
+
+
+def _topic_partition(location: Any) -> tuple[str, int]:
+    return location.topic_partition.topic, location.topic_partition.partition
+
+
+def _applied(now_ms: int, dry_run: bool, applied: list[AppliedMark], errors: list[PartitionError]) -> RetentionApplied:
     marks = [(a.mark_time_ms, a.due_ms) for a in applied if a.mark_time_ms is not None and a.due_ms is not None]
-    errors = tuple(e for _, failed in shares for e in failed)  # the plan's own errors stay the plan's
-    return RetentionApplied(plan.now_ms, dry_run, applied, errors, sum(len(a.segments) for a in applied),
+    return RetentionApplied(now_ms, dry_run, tuple(applied), tuple(errors), sum(len(a.segments) for a in applied),
                             sum(a.bytes for a in applied), max((mark for mark, _ in marks), default=None),
                             max((due - mark for mark, due in marks), default=0))
 
 
-def _apply_share(store: Any, now_ms: int, docs: Sequence[PartitionRetention], *, run_id: str, dry_run: bool,
-                 lock_timeout_s: float) -> tuple[list[AppliedMark], list[PartitionError]]:
-    """Mark one share of a plan's partitions: checkpoints written and the journal fsynced once, at its end;
-    the leader-epoch checkpoints of each ``MARKING_BATCH`` partitions written together."""
+def _mark_share(store: Any, mark: Callable[[T, Any], R], topic_partition: Callable[[T], tuple[str, int]],
+                items: Sequence[T]) -> tuple[list[R], list[PartitionError]]:
+    """``mark`` each of one share's partitions (plan entries or locations, named by ``topic_partition``):
+    checkpoints written and the journal fsynced once, at its end; the leader-epoch checkpoints of each
+    ``MARKING_BATCH`` partitions written together."""
     from kafkalog.maintenance import journal
     from kafkalog.maintenance.retention import MarkingBatch
 
-    applied: list[AppliedMark] = []
+    done: list[R] = []
     errors: list[PartitionError] = []
     with store.batched_checkpoints(), journal.group_commit():
-        for first in range(0, len(docs), MARKING_BATCH):
+        for first in range(0, len(items), MARKING_BATCH):
             with MarkingBatch() as batch:
-                for doc in docs[first:first + MARKING_BATCH]:
+                for item in items[first:first + MARKING_BATCH]:
                     try:
-                        applied.append(_apply_one(store, now_ms, doc, run_id, dry_run, lock_timeout_s, batch))
+                        done.append(mark(item, batch))
                     except LogLockedError as exc:
-                        errors.append(PartitionError(doc.topic, doc.partition, str(exc), locked=True))
+                        errors.append(PartitionError(*topic_partition(item), str(exc), locked=True))
                     except (KafkaLogError, OSError) as exc:
-                        errors.append(PartitionError(doc.topic, doc.partition, str(exc)))
+                        errors.append(PartitionError(*topic_partition(item), str(exc)))
             errors += [_epochs_not_written(directory, error) for directory, error in batch.errors]
-    return applied, errors
+    return done, errors
 
 
 def _epochs_not_written(directory: Path, error: OSError) -> PartitionError:
@@ -140,8 +173,8 @@ def _epochs_not_written(directory: Path, error: OSError) -> PartitionError:
                           f"(every load truncates it again): {error}")
 
 
-def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dry_run: bool,
-               lock_timeout_s: float, batch: Any) -> AppliedMark:
+def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, batch: Any, *, run_id: str, dry_run: bool,
+               lock_timeout_s: float) -> AppliedMark:
     from kafkalog.log.names import TopicPartition
     from kafkalog.log.store import PartitionLocation
     from kafkalog.maintenance.retention import apply_retention
@@ -156,10 +189,24 @@ def _apply_one(store: Any, now_ms: int, doc: PartitionRetention, run_id: str, dr
         for s in doc.segments), doc.roll_first, doc.log_start_offset_before, doc.log_start_offset_after, ())
     if not location.directory.is_dir():
         raise KafkaLogError(f"partition directory {location.directory} is gone")
-    report = apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s, batch=batch)
+    return _applied_mark(store, apply_retention(store, location, one, run_id=run_id, lock_timeout_s=lock_timeout_s,
+                                                batch=batch))
+
+
+def _enforce_one(store: Any, now_ms: int, location: Any, batch: Any, *, run_id: str,
+                 lock_timeout_s: float) -> tuple[PartitionRetention, AppliedMark]:
+    from kafkalog.maintenance.retention import enforce_retention
+
+    plan, report = enforce_retention(store, location, now_ms, run_id=run_id, lock_timeout_s=lock_timeout_s,
+                                     batch=batch)
+    return _partition_retention(location, plan), _applied_mark(store, report)
+
+
+def _applied_mark(store: Any, report: Any) -> AppliedMark:
+    """A ``maintenance.retention.RetentionReport`` as the cycle reports it, with when its files are due."""
     mark_ms = report.mark_time_ms
-    due_ms = None if mark_ms is None else mark_ms + store.log_config(doc.topic).file_delete_delay_ms
-    return AppliedMark(doc.topic, doc.partition, tuple(report.deleted_segments), report.bytes,
+    due_ms = None if mark_ms is None else mark_ms + store.log_config(report.topic).file_delete_delay_ms
+    return AppliedMark(report.topic, report.partition, tuple(report.deleted_segments), report.bytes,
                        report.log_start_offset_before, report.log_start_offset_after, report.rolled,
                        tuple(report.marked_files), mark_ms, due_ms)
 

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafkalog.errors import LogLockedError
 from kafkalog.log import checkpoint, names, swap
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.snapshot import RetentionSource
@@ -86,27 +87,67 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
     cleaner's files, every segment going, which needs a roll) is loaded in full first, as Kafka's
     loader would. With ``batch``, a partition marked from its listing leaves its leader-epoch checkpoint
     and its lock to the batch, which writes and releases them when it closes."""
-    tp = location.topic_partition
     cut = max((s.base_offset for s in plan.segments), default=None)
     with ExitStack() as lock:
         lock.enter_context(partition_lock(location.directory, timeout_s=lock_timeout_s))
         with _source(store, location) as snapshot:
             if cut is None:
-                return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
-                                       snapshot.log_start_offset, ())
-            todo = _todo(store, snapshot, plan, cut)
+                return _unchanged(location, snapshot.log_start_offset)
+            todo = _todo(store, snapshot, plan.now_ms, cut)
             if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
                 end = store.flushed_log_end(location, snapshot)
                 if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
                     store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
-                    return RetentionReport(tp.topic, tp.partition, (), 0, False, snapshot.log_start_offset,
-                                           snapshot.log_start_offset, ())
-            elif len(todo) < len(snapshot.bases) and (end := store.flushed_log_end(location, snapshot)) is not None:
-                report = _mark_flushed(store, location, snapshot, todo, end, run_id, batch)
-                if batch is not None:
-                    batch.hold(lock)  # released once the batch has written this partition's epochs
+                    return _unchanged(location, snapshot.log_start_offset)
+            elif (report := _mark_listed(store, location, snapshot, todo, run_id, batch, lock)) is not None:
                 return report
-    return _mark_loaded(store, location, plan, cut, run_id, lock_timeout_s)
+    return _mark_loaded(store, location, plan.now_ms, cut, run_id, lock_timeout_s)
+
+
+def enforce_retention(store: LogStore, location: PartitionLocation, now_ms: int, *, run_id: str,
+                      lock_timeout_s: float = 30.0,
+                      batch: MarkingBatch | None = None) -> tuple[RetentionPlan, RetentionReport]:
+    """Plan and mark in one pass, as Kafka's ``deleteOldSegments`` decides and deletes under the log's
+    lock: the plan (returned with what was marked) is made under the partition lock and marked at
+    once, as ``apply_retention`` marks a plan. A partition another process holds locked is planned
+    without its lock, and waited for (``apply_retention``, up to ``lock_timeout_s``) only if it has
+    segments due: one being cleaned or written to with nothing to delete is not held up."""
+    with ExitStack() as lock:
+        try:
+            lock.enter_context(partition_lock(location.directory, timeout_s=0))
+        except LogLockedError:
+            locked = False
+        else:
+            locked = True
+        with _source(store, location) as snapshot:
+            plan = plan_retention(snapshot, now_ms, broker=store.broker)
+            if not plan.segments:
+                return plan, _unchanged(location, snapshot.log_start_offset)
+            todo = list(plan.segments)
+            if locked and (report := _mark_listed(store, location, snapshot, todo, run_id, batch, lock)) is not None:
+                return plan, report
+    if not locked:
+        return plan, apply_retention(store, location, plan, run_id=run_id, lock_timeout_s=lock_timeout_s, batch=batch)
+    return plan, _mark_loaded(store, location, now_ms, plan.segments[-1].base_offset, run_id, lock_timeout_s)
+
+
+def _unchanged(location: PartitionLocation, log_start_offset: int) -> RetentionReport:
+    tp = location.topic_partition
+    return RetentionReport(tp.topic, tp.partition, (), 0, False, log_start_offset, log_start_offset, ())
+
+
+def _mark_listed(store: LogStore, location: PartitionLocation, snapshot: RetentionSource,
+                 todo: list[DeletableSegment], run_id: str, batch: MarkingBatch | None,
+                 lock: ExitStack) -> RetentionReport | None:
+    """Mark ``todo`` from the partition's listing if it keeps a segment and is closed and flushed (see
+    ``apply_retention``); None if it needs the full load. ``lock`` holds the partition's lock: with
+    ``batch`` it is handed to the batch, which releases it once it has written the partition's epochs."""
+    if len(todo) >= len(snapshot.bases) or (end := store.flushed_log_end(location, snapshot)) is None:
+        return None
+    report = _mark_flushed(store, location, snapshot, todo, end, run_id, batch)
+    if batch is not None:
+        batch.hold(lock)
+    return report
 
 
 def _source(store: LogStore, location: PartitionLocation) -> RetentionSource:
@@ -116,9 +157,9 @@ def _source(store: LogStore, location: PartitionLocation) -> RetentionSource:
                            store.log_dir_checkpoints(location.log_dir))
 
 
-def _todo(store: LogStore, snapshot: RetentionSource, plan: RetentionPlan, cut: int) -> list[DeletableSegment]:
-    """What the plan, made again from ``snapshot`` with its clock, still deletes up to its cut."""
-    fresh = plan_retention(snapshot, plan.now_ms, broker=store.broker)
+def _todo(store: LogStore, snapshot: RetentionSource, now_ms: int, cut: int) -> list[DeletableSegment]:
+    """What retention at ``now_ms``, planned again from ``snapshot``, still deletes up to ``cut``."""
+    fresh = plan_retention(snapshot, now_ms, broker=store.broker)
     return [s for s in fresh.segments if s.base_offset <= cut]
 
 
@@ -144,14 +185,15 @@ def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: Retent
     return _journal_marks(location, run_id, mark_ms, todo, marked, before, after, rolled=False)
 
 
-def _mark_loaded(store: LogStore, location: PartitionLocation, plan: RetentionPlan, cut: int, run_id: str,
+def _mark_loaded(store: LogStore, location: PartitionLocation, now_ms: int, cut: int, run_id: str,
                  lock_timeout_s: float) -> RetentionReport:
-    """Mark the plan's segments on the partition loaded in full (recovered first where it needs it)."""
+    """Mark what retention deletes at ``now_ms`` up to ``cut`` on the partition loaded in full (recovered
+    first where it needs it)."""
     tp = location.topic_partition
     with store.writable_log(location, timeout_s=lock_timeout_s) as log:
         before = log.log_start_offset
         with _source(store, location) as source:
-            todo = _todo(store, source, plan, cut)
+            todo = _todo(store, source, now_ms, cut)
         mark_ms = wall_clock_ms()
         rolled = False
         if todo and len(todo) == len(log.segments):

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
+from kafkalog.cycle import retention as cycle_retention
 from kafkalog.errors import LogLockedError
 from kafkalog.log import checkpoint, names, snapshot
 from kafkalog.log.lock import partition_lock
 from kafkalog.log.snapshot import RetentionSource
 from kafkalog.log.store import LogStore
 from kafkalog.maintenance import journal
-from kafkalog.maintenance.retention import MarkingBatch, apply_retention
+from kafkalog.maintenance.retention import MarkingBatch, apply_retention, enforce_retention
 from kafkalog.policy.retention import RetentionPlan, plan_retention
 from tests.pipeline.helpers import live_files
 
@@ -251,3 +252,64 @@ def test_an_epoch_file_the_batch_cannot_write_is_an_error_and_the_old_file_stays
     with store.writable_log(location) as log:  # the next load truncates them
         assert log.log_start_offset == plan.log_start_offset_after
     assert checkpoint.read_leader_epoch_checkpoint(path)[0] == (epochs[0][0], plan.log_start_offset_after)
+
+
+def test_apply_without_a_plan_marks_in_one_pass_what_planning_then_applying_the_plan_marks(tmp_path: Path) -> None:
+    """``retention apply`` plans each partition under its lock and marks it at once: the same files, journal
+    and plan as ``retention plan`` followed by ``retention apply --plan`` on a copy."""
+    now_ms = int(time.time() * 1000)
+    one_pass, two_pass = tmp_path / "one", tmp_path / "two"
+    _store(one_pass, now_ms)
+    shutil.copytree(one_pass, two_pass)
+    before = _marks(one_pass)
+
+    done = run_cli("retention", "apply", "--log-dir", str(one_pass), "--now-ms", str(now_ms), "--json")
+    assert done.code == 0, done.err
+    planned = run_cli("retention", "plan", "--log-dir", str(two_pass), "--now-ms", str(now_ms), "--json")
+    (tmp_path / "plan.json").write_text(planned.out)
+    applied = run_cli("retention", "apply", "--log-dir", str(two_pass), "--plan", str(tmp_path / "plan.json"), "--json")
+    assert applied.code == 0, applied.err
+
+    one, two = json.loads(done.out), json.loads(applied.out)
+    assert one["partitions"] == [{**p, "log_dir": str(one_pass)} for p in two["partitions"]]
+    assert [(a["topic"], a["partition"], a["segments"]) for a in one["applied"]] == \
+        [(a["topic"], a["partition"], a["segments"]) for a in two["applied"]] and one["applied"][0]["segments"]
+    assert live_files(one_pass) == live_files(two_pass)
+    for partition in ("t-0", "t-1"):
+        assert sorted(p.name for p in (one_pass / partition).iterdir()) == \
+            sorted(p.name for p in (two_pass / partition).iterdir())
+    assert _marks(one_pass)[len(before):] == _marks(two_pass)[len(before):]
+
+
+def test_apply_in_one_pass_reads_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan made under the lock and the check before marking from the listing share their reads."""
+    now_ms = int(time.time() * 1000)
+    _store(tmp_path, now_ms)
+    store = LogStore([tmp_path])
+    ends: list[str] = []
+    tails: list[str] = []
+    read_ends, frame_log_tail = snapshot._read_ends, snapshot._frame_log_tail
+    monkeypatch.setattr(snapshot, "_read_ends", lambda *args: ends.append(args[2]) or read_ends(*args))
+    monkeypatch.setattr(snapshot, "_frame_log_tail", lambda *args: tails.append(args[1]) or frame_log_tail(*args))
+    plan, report = enforce_retention(store, store.locate("t", 0), now_ms, run_id="run-once")
+    assert plan.segments and report.deleted_segments == tuple(s.base_offset for s in plan.segments)
+    assert not report.rolled and tails  # marked from the listing, after the check framed the tails
+    assert len(ends) == len(set(ends)) and len(tails) == len(set(tails))
+
+
+def test_a_partition_another_process_holds_is_waited_for_only_if_it_has_segments_due(tmp_path: Path) -> None:
+    """t-0 has segments due, t-1 none: with both locked elsewhere, t-1 is planned without its lock and t-0
+    waits for its lock, then fails ``locked`` (an error, not part of the plan carried out), nothing changed."""
+    now_ms = int(time.time() * 1000)
+    _store(tmp_path, now_ms)
+    store = LogStore([tmp_path])
+    files = live_files(tmp_path)
+    with partition_lock(tmp_path / "t-0"), partition_lock(tmp_path / "t-1"):
+        started = time.monotonic()
+        plan, applied = cycle_retention.enforce_retention(store, store.partitions("t"), now_ms, run_id="run-held",
+                                                          lock_timeout_s=1.0)
+        waited_s = time.monotonic() - started
+    assert [(p.partition, p.segments) for p in plan.partitions] == [(1, ())]
+    assert [(e.partition, e.locked) for e in applied.errors] == [(0, True)] and not applied.applied
+    assert 1.0 <= waited_s < 10  # waited for t-0 alone
+    assert live_files(tmp_path) == files and not list(tmp_path.glob("t-*/*" + names.DELETED_SUFFIX))

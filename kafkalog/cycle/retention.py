@@ -144,15 +144,15 @@ def _mark_share(store: Any, mark: Callable[[T, Any], R], topic_partition: Callab
                 items: Sequence[T]) -> tuple[list[R], list[PartitionError]]:
     """``mark`` each of one share's partitions (plan entries or locations, named by ``topic_partition``):
     checkpoints written and the journal fsynced once, at its end; the leader-epoch checkpoints of each
-    ``MARKING_BATCH`` partitions written together."""
+    ``MARKING_BATCH`` partitions written together, in the background while the next are marked."""
     from kafkalog.maintenance import journal
-    from kafkalog.maintenance.retention import MarkingBatch
+    from kafkalog.maintenance.retention import MarkingBatches
 
     done: list[R] = []
     errors: list[PartitionError] = []
-    with store.batched_checkpoints(), journal.group_commit():
+    with store.batched_checkpoints(), journal.group_commit(), MarkingBatches() as batches:
         for first in range(0, len(items), MARKING_BATCH):
-            with MarkingBatch() as batch:
+            with batches.batch() as batch:
                 for item in items[first:first + MARKING_BATCH]:
                     try:
                         done.append(mark(item, batch))
@@ -160,8 +160,7 @@ def _mark_share(store: Any, mark: Callable[[T, Any], R], topic_partition: Callab
                         errors.append(PartitionError(*topic_partition(item), str(exc), locked=True))
                     except (KafkaLogError, OSError) as exc:
                         errors.append(PartitionError(*topic_partition(item), str(exc)))
-            errors += [_epochs_not_written(directory, error) for directory, error in batch.errors]
-    return done, errors
+    return done, errors + [_epochs_not_written(directory, error) for directory, error in batches.errors]
 
 
 def _epochs_not_written(directory: Path, error: OSError) -> PartitionError:

@@ -100,11 +100,13 @@ def fsync_dir(directory: Path) -> None:
 # Generic "version / count / lines" reader shared by both checkpoint kinds.
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
+def _read_text(path: Path, raw: bytes | None = None) -> str | None:
+    """The file's text (``raw``: its bytes, already read); None if there is no such file."""
+    if raw is None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -132,9 +134,11 @@ def _parse_int(path: Path, line_no: int, line: str, text: str, low: int, high: i
     return int(text)
 
 
-def _read_entry_lines(path: Path, version: int, fields: int) -> list[tuple[int, str, list[str]]]:
-    """Return ``(line number, line, fields)`` per entry line after checking the version and count."""
-    text = _read_text(path)
+def _read_entry_lines(path: Path, version: int, fields: int,
+                      raw: bytes | None = None) -> list[tuple[int, str, list[str]]]:
+    """Return ``(line number, line, fields)`` per entry line after checking the version and count
+    (``raw``: the file's bytes, already read)."""
+    text = _read_text(path, raw)
     if text is None:
         return []
     lines = _java_lines(text)
@@ -200,15 +204,16 @@ def write_offset_checkpoint(path: StrPath, entries: Mapping[tuple[str, int], int
 # leader-epoch-checkpoint
 
 
-def read_leader_epoch_checkpoint(path: StrPath) -> list[tuple[int, int]]:
-    """Read ``[(epoch, start_offset), ...]`` in file order; a missing file is empty.
+def read_leader_epoch_checkpoint(path: StrPath, raw: bytes | None = None) -> list[tuple[int, int]]:
+    """Read ``[(epoch, start_offset), ...]`` in file order; a missing file is empty. ``raw``: the file's
+    bytes, read already.
 
     Real brokers record epochs that no batch carries (spec §17), so no cross-check against the log
     happens here.
     """
     p = Path(path)
     result = []
-    for line_no, line, (epoch, start_offset) in _read_entry_lines(p, LEADER_EPOCH_CHECKPOINT_VERSION, 2):
+    for line_no, line, (epoch, start_offset) in _read_entry_lines(p, LEADER_EPOCH_CHECKPOINT_VERSION, 2, raw):
         result.append((_parse_int(p, line_no, line, epoch, _INT32_MIN, _INT32_MAX),
                        _parse_int(p, line_no, line, start_offset, _INT64_MIN, _INT64_MAX)))
     return result
@@ -307,9 +312,12 @@ class LeaderEpochBatch:
     def __init__(self) -> None:
         self._staged: list[tuple[Path, bytes, bool]] = []  # (checkpoint, its new content, durable rename)
 
-    def truncate(self, directory: Path, *, log_start_offset: int, log_end_offset: int) -> None:
+    def truncate(self, directory: Path, *, log_start_offset: int, log_end_offset: int,
+                 entries: list[tuple[int, int]] | None = None) -> None:
+        """Stage the partition's truncation; ``entries``: its checkpoint as read under the lock already."""
         path = Path(directory) / LEADER_EPOCH_CHECKPOINT
-        entries = read_leader_epoch_checkpoint(path)
+        if entries is None:
+            entries = read_leader_epoch_checkpoint(path)
         from_start = _truncated_from_start(entries, log_start_offset)
         kept = _truncated_from_end(from_start, log_end_offset)
         if kept != entries:  # a rename that drops entries at the end is made durable, as truncate_from_end makes it

@@ -17,6 +17,7 @@ import stat as stat_module
 import struct
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -148,6 +149,7 @@ class _PartitionFiles:
             raise
         self._ends: dict[str, tuple[bytes, bytes, int]] = {}
         self._tails: dict[str, _LogTail] = {}
+        self._leader_epochs: list[tuple[int, int]] | None = None
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -160,6 +162,22 @@ class _PartitionFiles:
         if found is None:
             found = self._ends[name] = _read_ends(self.fd, self.directory, name, entry_size)
         return found
+
+    def leader_epochs(self) -> list[tuple[int, int]]:
+        """The ``leader-epoch-checkpoint``'s entries (none if there is no file), read once."""
+        if self._leader_epochs is None:
+            try:
+                fd = os.open(names.LEADER_EPOCH_CHECKPOINT, os.O_RDONLY, dir_fd=self.fd)
+            except FileNotFoundError:
+                raw = None
+            else:
+                try:
+                    raw = b"".join(iter(partial(os.read, fd, 1 << 16), b""))
+                finally:
+                    os.close(fd)
+            path = Path(self.directory, names.LEADER_EPOCH_CHECKPOINT)
+            self._leader_epochs = checkpoint.read_leader_epoch_checkpoint(path, raw)
+        return self._leader_epochs
 
     def tail(self, prefix: str, base_offset: int) -> _LogTail:
         """``_frame_log_tail`` of the segment, framed once."""
@@ -234,6 +252,11 @@ class RetentionSource:
                                                      self._stats[i][0] if i in self._stats else None)
         max_ts = self._timestamps[i]
         return (max_ts, "time-index") if max_ts >= 0 else (self._stat(i)[1], "mtime")
+
+    @property
+    def listed(self) -> Collection[str]:
+        """The names of the partition's regular files, as listed."""
+        return self._present
 
     @property
     def timestamps_read(self) -> frozenset[int]:
@@ -526,7 +549,7 @@ def clean_log_end(directory: Path, recovery_point: int | None, clean_shutdown: b
                 return None
             if log_end < 0:
                 return None
-        checkpoint.read_leader_epoch_checkpoint(Path(directory, names.LEADER_EPOCH_CHECKPOINT))  # loaded with it
+        files.leader_epochs()  # loaded with it: an unreadable file stops the load
     finally:
         if source is None:
             files.close()

@@ -15,7 +15,7 @@ range and promotes the swaps. Either way the log is wholly old or wholly new (``
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from kafkalog.errors import KafkaLogError
@@ -55,21 +55,27 @@ def mark_deleted(directory: Path, file_names: Sequence[str], *, mark_time_ms: in
 
 
 def mark_segments_deleted(directory: Path, bases: Sequence[int], *, log_start_offset: int, log_end_offset: int,
-                          mark_time_ms: int, epochs: LeaderEpochBatch | None = None) -> dict[int, list[str]]:
+                          mark_time_ms: int, epochs: LeaderEpochBatch | None = None,
+                          listed: Collection[str] | None = None,
+                          leader_epochs: list[tuple[int, int]] | None = None) -> dict[int, list[str]]:
     """Phase one of Kafka's asynchronous delete (``deleteSegments``, spec §10.3) for the log's oldest
     segments at ``bases``, once the log start offset has moved to ``log_start_offset``: each segment's
     files (``.log`` first, so the segment leaves the log in one rename) and its producer snapshot are
     renamed to ``*.deleted``; then the leader epochs are aligned with the log that is left
     (``align_leader_epochs``; with ``epochs``, staged in that batch, which the caller commits while it
-    still holds the partition's lock). Returns the marked file names of each base."""
+    still holds the partition's lock). Returns the marked file names of each base. A caller that listed
+    the directory and read its ``leader-epoch-checkpoint`` under the lock it still holds passes both
+    (``listed``: the names of its files; only those are marked), so neither is read again."""
     files = [name for base in bases for name in
-             (*_segment_file_names(base, ""), names.offset_prefix(base) + names.SNAPSHOT_SUFFIX)]
+             (*_segment_file_names(base, ""), names.offset_prefix(base) + names.SNAPSHOT_SUFFIX)
+             if listed is None or name in listed]
     marked: dict[int, list[str]] = {base: [] for base in bases}
     for name in mark_deleted(directory, files, mark_time_ms=mark_time_ms):
         marked[names.offset_from_file_name(name)].append(name)
     # After the renames, so a crash before them leaves no entry starting above records still in the log.
     if epochs is not None:
-        epochs.truncate(directory, log_start_offset=log_start_offset, log_end_offset=log_end_offset)
+        epochs.truncate(directory, log_start_offset=log_start_offset, log_end_offset=log_end_offset,
+                        entries=leader_epochs)
     else:
         align_leader_epochs(directory, log_start_offset=log_start_offset, log_end_offset=log_end_offset)
     return marked

@@ -53,28 +53,28 @@ _FIELDS = tuple(f.name for f in fields(JournalEntry))
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # one encoder for every line, not one per line
 
 
-_GROUP: ContextVar[set[Path] | None] = ContextVar("kafkalog_journal_group", default=None)
+_GROUP: ContextVar[dict[Path | str, int] | None] = ContextVar("kafkalog_journal_group", default=None)
 
 
 @contextmanager
 def group_commit() -> Iterator[None]:
     """Within this block lines are still written at once (a killed process loses none of them), but each
-    log dir's journal is fsynced once, when the block ends: a batch over many partitions pays one fsync
-    per log dir, not one per partition (group commit)."""
+    log dir's journal is opened once and fsynced once, when the block ends: a batch over many
+    partitions pays one fsync per log dir, not one per partition (group commit)."""
     if _GROUP.get() is not None:
         yield
         return
-    log_dirs: set[Path] = set()
-    token = _GROUP.set(log_dirs)
+    journals: dict[Path | str, int] = {}  # log dir -> its journal's descriptor
+    token = _GROUP.set(journals)
     try:
         yield
     finally:
         _GROUP.reset(token)
-        for log_dir in sorted(log_dirs):
-            fd = os.open(log_dir / names.JOURNAL_FILE, os.O_RDONLY)
-            try:
+        try:
+            for fd in journals.values():
                 os.fsync(fd)
-            finally:
+        finally:
+            for fd in journals.values():
                 os.close(fd)
 
 
@@ -84,16 +84,23 @@ def append(log_dir: Path, *entries: JournalEntry) -> None:
     if not entries:
         return
     lines = "".join(entry.to_json() + "\n" for entry in entries).encode()
-    fd = os.open(Path(log_dir) / names.JOURNAL_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, lines)
-        group = _GROUP.get()
-        if group is None:
+    group = _GROUP.get()
+    if group is None:
+        fd = _open(log_dir)
+        try:
+            os.write(fd, lines)
             os.fsync(fd)
-        else:
-            group.add(Path(log_dir))
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
+        return
+    fd = group.get(log_dir, -1)
+    if fd < 0:
+        fd = group[log_dir] = _open(log_dir)
+    os.write(fd, lines)
+
+
+def _open(log_dir: Path) -> int:
+    return os.open(Path(log_dir) / names.JOURNAL_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def read(log_dir: Path, *, topic: str | None = None, partition: int | None = None,

@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +77,38 @@ class MarkingBatch:
         self.close()
 
 
+class MarkingBatches:
+    """One ``MarkingBatch`` after another, each closed in the background while the next is marked, as
+    Kafka flushes a truncated leader-epoch cache on its scheduler rather than on the thread that
+    deleted the segments (``truncateFromStartAsyncFlush``); a closed batch's partitions stay locked
+    until its files are written. Leaving the block waits for every batch; ``errors`` are theirs."""
+
+    def __init__(self) -> None:
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="kafkalog-epoch-batches")
+        self._closing: list[tuple[MarkingBatch, Future[None]]] = []
+
+    @contextmanager
+    def batch(self) -> Iterator[MarkingBatch]:
+        """A new batch, handed to the background to close when the block ends."""
+        batch = MarkingBatch()
+        try:
+            yield batch
+        finally:
+            self._closing.append((batch, self._flusher.submit(batch.close)))
+
+    @property
+    def errors(self) -> list[tuple[Path, OSError]]:
+        return [error for batch, _ in self._closing for error in batch.errors]
+
+    def __enter__(self) -> MarkingBatches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._flusher.shutdown(wait=True)
+        for _, closed in self._closing:
+            closed.result()  # an error other than a file's is the run's
+
+
 def apply_retention(store: LogStore, location: PartitionLocation, plan: RetentionPlan, *, run_id: str,
                     lock_timeout_s: float = 30.0, batch: MarkingBatch | None = None) -> RetentionReport:
     """Mark the plan's segments deleted (never more than the plan: its cut is the upper bound).
@@ -96,7 +130,7 @@ def apply_retention(store: LogStore, location: PartitionLocation, plan: Retentio
             todo = _todo(store, snapshot, plan.now_ms, cut)
             if not todo:  # marked already (a retry): finish what a try killed after its renames left undone
                 end = store.flushed_log_end(location, snapshot)
-                if end is not None and _epochs_aligned(location, snapshot.log_start_offset, end):
+                if end is not None and _epochs_aligned(snapshot.files.leader_epochs(), snapshot.log_start_offset, end):
                     store.write_offsets(location, recovery_point=end, log_start_offset=snapshot.log_start_offset)
                     return _unchanged(location, snapshot.log_start_offset)
             elif (report := _mark_listed(store, location, snapshot, todo, run_id, batch, lock)) is not None:
@@ -163,10 +197,10 @@ def _todo(store: LogStore, snapshot: RetentionSource, now_ms: int, cut: int) -> 
     return [s for s in fresh.segments if s.base_offset <= cut]
 
 
-def _epochs_aligned(location: PartitionLocation, log_start_offset: int, log_end_offset: int) -> bool:
-    """Whether the leader epochs already start no lower than the log and none starts at or past its end
-    (else a retried mark whose first try was killed after its renames has their truncation to finish)."""
-    entries = checkpoint.read_leader_epoch_checkpoint(location.directory / names.LEADER_EPOCH_CHECKPOINT)
+def _epochs_aligned(entries: list[tuple[int, int]], log_start_offset: int, log_end_offset: int) -> bool:
+    """Whether the leader epochs ``entries`` already start no lower than the log and none starts at or
+    past its end (else a retried mark whose first try was killed after its renames has their truncation
+    to finish)."""
     return not entries or (entries[0][1] >= log_start_offset and entries[-1][1] < log_end_offset)
 
 
@@ -181,7 +215,8 @@ def _mark_flushed(store: LogStore, location: PartitionLocation, snapshot: Retent
     store.write_offsets(location, recovery_point=log_end_offset, log_start_offset=after)
     marked = swap.mark_segments_deleted(location.directory, [s.base_offset for s in todo], log_start_offset=after,
                                         log_end_offset=log_end_offset, mark_time_ms=mark_ms,
-                                        epochs=None if batch is None else batch.epochs)
+                                        epochs=None if batch is None else batch.epochs, listed=snapshot.listed,
+                                        leader_epochs=snapshot.files.leader_epochs())
     return _journal_marks(location, run_id, mark_ms, todo, marked, before, after, rolled=False)
 
 

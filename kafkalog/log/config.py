@@ -192,6 +192,11 @@ TOPIC_CONFIGS = MappingProxyType({k.name: k for k in [
          "deprecated; ignored from IBP 3.0", "log.message.format.version"),
     _key("local.retention.ms", "long", -2, Range(-2), _TIERED, "log.local.retention.ms"),
     _key("local.retention.bytes", "long", -2, Range(-2), _TIERED, "log.local.retention.bytes"),
+    _key("remote.storage.enable", "boolean", False, ANY, "tiered storage: copy rolled segments to the remote tier"),
+    _key("remote.log.copy.disable", "boolean", False, ANY,
+         "tiered storage: copy no more; what the remote tier holds stays readable until retention"),
+    _key("remote.log.delete.on.disable", "boolean", False, ANY,
+         "tiered storage: delete the remote tier's data when remote.storage.enable turns false"),
     _key("min.insync.replicas", "int", 1, Range(1), _NOT_LOG, "min.insync.replicas"),
     _key("unclean.leader.election.enable", "boolean", False, ANY, _NOT_LOG, "unclean.leader.election.enable"),
 ]})
@@ -214,6 +219,7 @@ BROKER_CONFIGS = MappingProxyType({k.name: k for k in [
     _key("log.cleaner.io.max.bytes.per.second", "double", MAX_DOUBLE, Range(0), "cleaner I/O throttle"),
     _key("log.cleaner.backoff.ms", "long", 15000, Range(0), "cleaner sleep when nothing is cleanable"),
     _key("producer.id.expiration.ms", "int", 86400000, Range(1), "idle time before a producer id expires"),
+    _key("remote.log.storage.system.enable", "boolean", False, ANY, "tiered storage: topics may enable it"),
 ]})
 
 _SYNONYM_OF = {s.name: k.name for k in TOPIC_CONFIGS.values() for s in k.synonyms}
@@ -377,6 +383,7 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: float
     log_cleaner_backoff_ms: int
     producer_id_expiration_ms: int
+    remote_log_storage_system_enable: bool
     ignored_keys: tuple[str, ...] = ()  # keys of the file that are not log settings; Kafka ignores them too
     # What it was made from: the Spark job ships these to executors, which may not see the file.
     properties: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
@@ -408,9 +415,12 @@ class BrokerConfig:
             raise ConfigError(f"log.dirs={props['log.dirs'].strip()}: must name at least one directory")
         kwargs["log_dirs"] = dirs or (log_dir,)
         known = _SYNONYM_OF.keys() | BROKER_CONFIGS.keys()
-        return cls(topic_defaults=MappingProxyType(defaults), topic_default_keys=MappingProxyType(sources),
-                   ignored_keys=tuple(sorted(props.keys() - known)), properties=MappingProxyType(dict(props)),
-                   **kwargs)
+        config = cls(topic_defaults=MappingProxyType(defaults), topic_default_keys=MappingProxyType(sources),
+                     ignored_keys=tuple(sorted(props.keys() - known)), properties=MappingProxyType(dict(props)),
+                     **kwargs)
+        if config.remote_log_storage_system_enable:  # Kafka's validateBrokerLogConfigValues
+            _check_local_retention(defaults, config.topic_default_source)
+        return config
 
     @classmethod
     def load(cls, path: str | Path | None) -> BrokerConfig:
@@ -468,6 +478,9 @@ class LogConfig:
     message_format_version: str
     local_retention_ms: int
     local_retention_bytes: int
+    remote_storage_enable: bool
+    remote_log_copy_disable: bool
+    remote_log_delete_on_disable: bool
     min_insync_replicas: int
     unclean_leader_election_enable: bool
 
@@ -478,6 +491,17 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """How long the local tier keeps a segment: ``local.retention.ms``, -2 meaning ``retention.ms``
+        (Kafka's ``LogConfig.localRetentionMs``)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """``local.retention.bytes``, -2 meaning ``retention.bytes`` (``LogConfig.localRetentionBytes``)."""
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
 
     def timestamp_limit_ms(self, side: Literal["before", "after"]) -> tuple[int, str]:
         """How far a CreateTime timestamp may lie ``side`` the append time, and the key that says so:
@@ -498,6 +522,56 @@ class LogConfig:
     @classmethod
     def default(cls) -> LogConfig:
         return cls.resolve(BrokerConfig.from_properties({}), {})
+
+
+def validate_topic_config(broker: BrokerConfig, overrides: Mapping[str, str],
+                          existing: Mapping[str, str] | None = None) -> LogConfig:
+    """Kafka's checks of a topic's config as a whole on this broker (``LogConfig.validate``), beyond each
+    value's own range; returns the effective config. ``overrides``: the topic's overrides as they
+    would be; ``existing``: as they are (an alteration), for the rule on turning remote storage off."""
+    config = LogConfig.resolve(broker, overrides)
+    source = {name: "topic" if name in overrides else broker.topic_default_source(name) for name in TOPIC_CONFIGS}
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise ConfigError(f"conflicting settings: min.compaction.lag.ms={config.min_compaction_lag_ms} "
+                          f"({source['min.compaction.lag.ms']}) > max.compaction.lag.ms="
+                          f"{config.max_compaction_lag_ms} ({source['max.compaction.lag.ms']})")
+    if not config.remote_storage_enable:
+        was_enabled = existing is not None and LogConfig.resolve(broker, existing).remote_storage_enable
+        if was_enabled and not config.remote_log_delete_on_disable:
+            raise ConfigError("remote.storage.enable=false: remote storage cannot be disabled while the remote tier "
+                              "keeps its data; to keep it read-only set remote.storage.enable=true and "
+                              "remote.log.copy.disable=true, to delete it set remote.storage.enable=false and "
+                              "remote.log.delete.on.disable=true")
+        return config
+    if not broker.remote_log_storage_system_enable:
+        raise ConfigError("remote.storage.enable=true: tiered storage is disabled on this broker "
+                          "(remote.log.storage.system.enable=false), so no topic may enable remote log storage")
+    if config.compact:
+        raise ConfigError(f"remote.storage.enable=true with cleanup.policy={','.join(sorted(config.cleanup_policy))} "
+                          f"({source['cleanup.policy']}): remote log storage is unsupported for compacted topics")
+    _check_local_retention({name: getattr(config, key.attr) for name, key in TOPIC_CONFIGS.items()}, source.__getitem__)
+    if config.remote_log_copy_disable:  # nothing more reaches the remote tier: local retention is all there is
+        for total, local in (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms")):
+            values = {name: getattr(config, TOPIC_CONFIGS[name].attr) for name in (total, local)}
+            if values[local] not in (-2, values[total]):
+                raise ConfigError(f"remote.log.copy.disable=true: {local}={values[local]} must be -2 or equal "
+                                  f"{total}={values[total]}, since nothing more is copied to the remote tier")
+    return config
+
+
+def _check_local_retention(values: Mapping[str, Value], source: Any) -> None:
+    """With tiered storage, the local tier keeps no more than the whole log: ``local.retention.*`` is -2
+    (the total), or a limit within ``retention.*`` when that is limited (Kafka's
+    ``validateRemoteStorageRetentionSize``/``Time``). ``source(name)`` says where a value came from."""
+    for total, local in (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms")):
+        total_value, local_value = values[total], values[local]
+        assert isinstance(total_value, int) and isinstance(local_value, int)
+        if total_value < 0 or local_value == -2:
+            continue
+        if local_value == -1 or local_value > total_value:
+            raise ConfigError(f"{local}={local_value} ({source(local)}): must not be "
+                              f"{'-1 (unlimited)' if local_value == -1 else 'more than'} while {total}={total_value} "
+                              f"({source(total)}); the local tier keeps at most what the whole log keeps")
 
 
 @dataclass(frozen=True)

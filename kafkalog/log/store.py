@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from kafkalog.errors import InvalidTopicError, LogDirError
 from kafkalog.log import checkpoint, names
-from kafkalog.log.config import BrokerConfig, LogConfig, validate_topic_name, validate_topic_overrides
+from kafkalog.log.config import (
+    BrokerConfig,
+    LogConfig,
+    validate_topic_config,
+    validate_topic_name,
+    validate_topic_overrides,
+)
 from kafkalog.log.lock import cleaner_lock, log_dir_lock, partition_lock
 from kafkalog.log.names import TopicPartition
 from kafkalog.log.snapshot import LogDirCheckpoints, RetentionSource
@@ -206,7 +212,7 @@ class LogStore:
             raise InvalidTopicError(f"topic {name!r}: --partitions must be between 1 and {MAX_PARTITIONS}, "
                                     f"got {partitions}")
         normalised = validate_topic_overrides(overrides)
-        LogConfig.resolve(self.broker, normalised)  # cross-checks against the broker file
+        validate_topic_config(self.broker, normalised)  # cross-checks against the broker file
         with self._admin_lock():
             if name in self.topics():
                 raise InvalidTopicError(f"topic {name!r} already exists")
@@ -251,7 +257,7 @@ class LogStore:
                 raise InvalidTopicError(f"topic {name!r} has no override for {', '.join(unknown)} to delete")
             overrides = {k: v for k, v in info.overrides.items() if k not in delete_configs}
             overrides.update(validate_topic_overrides(set_configs))
-            LogConfig.resolve(self.broker, overrides)
+            validate_topic_config(self.broker, overrides, existing=info.overrides)
             updated = TopicInfo(name, info.partitions, info.topic_id, overrides)
             registry, deleting = self._read_registry()
             registry[name] = updated

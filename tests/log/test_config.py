@@ -52,6 +52,10 @@ SPEC_TOPIC_DEFAULTS: dict[str, object] = {
     "message.format.version": "3.0-IV1",
     "local.retention.ms": -2,
     "local.retention.bytes": -2,
+    # Tiered storage (KIP-405), from Kafka's LogConfig: not in the spec's table.
+    "remote.storage.enable": False,
+    "remote.log.copy.disable": False,
+    "remote.log.delete.on.disable": False,
     "min.insync.replicas": 1,
     "unclean.leader.election.enable": False,
 }
@@ -73,6 +77,7 @@ SPEC_BROKER_DEFAULTS: dict[str, object] = {
     "log_cleaner_io_max_bytes_per_second": 1.7976931348623157e308,
     "log_cleaner_backoff_ms": 15000,
     "producer_id_expiration_ms": 86400000,
+    "remote_log_storage_system_enable": False,  # Kafka's RemoteLogManagerConfig; not in the spec's table
 }
 
 

@@ -49,21 +49,40 @@ def cmdline(pid: int) -> bytes:
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL a process started with start_new_session=True: its process group, then each descendant by
-    id (pyspark's worker daemon moves itself and its workers into a process group of their own). A process
-    that has already exited and been reaped is left alone: its id may belong to someone else by now."""
+    id (pyspark's worker daemon moves itself and its workers into a process group of their own). The tree
+    is frozen first, the group and then every descendant stopped until a listing finds none it has not
+    stopped: the daemon forks a worker per task, and one forked after the listing the kills go by would
+    go on writing. A process that has already exited and been reaped is left alone: its id may belong to
+    someone else by now."""
     if proc.poll() is not None:
         return
-    pids = descendants(proc.pid)
+    _signal_group(proc.pid, signal.SIGSTOP)
+    stopped: set[int] = set()
+    for _ in range(100):  # a stopped process forks no more: a few rounds find the whole tree
+        found = set(descendants(proc.pid)) - stopped
+        if not found:
+            break
+        for pid in found:
+            _signal(pid, signal.SIGSTOP)
+        stopped |= found
+    _signal_group(proc.pid, signal.SIGKILL)
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signum)
     except ProcessLookupError:
         pass
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(timeout=30)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def listening_addresses(roots: Sequence[int]) -> set[str]:

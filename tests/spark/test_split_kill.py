@@ -109,6 +109,10 @@ logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
 logger.tasks.level = info
 """
 TASK_LINE = re.compile(r"(Starting|Finished|Lost) task (\d+)\.(\d+) in stage (\d+)\.(\d+) \(TID (\d+)\)")
+# An ExecutorLostFailure the driver does not count against the task (the worker did not blame the app for
+# the exit) is logged this way instead of as "Lost task".
+EXECUTOR_EXITED_LINE = re.compile(r"task (\d+)\.(\d+) in stage (\d+)\.(\d+) \(TID (\d+)\) failed because while it "
+                                  r"was being computed, its executor exited")
 EXECUTOR_IN_LINE = re.compile(r"executor (\w+)")
 
 
@@ -215,6 +219,10 @@ class DriverLog:
             line = raw.decode(errors="replace")
             m = TASK_LINE.search(line)
             if not m:
+                exited = EXECUTOR_EXITED_LINE.search(line)
+                if exited and int(exited.group(5)) in self.attempts:
+                    a = self.attempts[int(exited.group(5))]
+                    a.state, a.lost_reason = "lost", f"ExecutorLostFailure, not counted: {line[exited.start():]}"[:200]
                 continue
             what, index, attempt, stage, _stage_attempt, tid = m.group(1), *map(int, m.groups()[1:])
             if what == "Starting":

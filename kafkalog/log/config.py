@@ -524,6 +524,10 @@ class LogConfig:
         return cls.resolve(BrokerConfig.from_properties({}), {})
 
 
+# Each local-tier retention key beside the whole log's (tiered storage).
+_LOCAL_RETENTION = (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms"))
+
+
 def validate_topic_config(broker: BrokerConfig, overrides: Mapping[str, str],
                           existing: Mapping[str, str] | None = None) -> LogConfig:
     """Kafka's checks of a topic's config as a whole on this broker (``LogConfig.validate``), beyond each
@@ -551,7 +555,7 @@ def validate_topic_config(broker: BrokerConfig, overrides: Mapping[str, str],
                           f"({source['cleanup.policy']}): remote log storage is unsupported for compacted topics")
     _check_local_retention({name: getattr(config, key.attr) for name, key in TOPIC_CONFIGS.items()}, source.__getitem__)
     if config.remote_log_copy_disable:  # nothing more reaches the remote tier: local retention is all there is
-        for total, local in (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms")):
+        for total, local in _LOCAL_RETENTION:
             values = {name: getattr(config, TOPIC_CONFIGS[name].attr) for name in (total, local)}
             if values[local] not in (-2, values[total]):
                 raise ConfigError(f"remote.log.copy.disable=true: {local}={values[local]} must be -2 or equal "
@@ -563,7 +567,7 @@ def _check_local_retention(values: Mapping[str, Value], source: Any) -> None:
     """With tiered storage, the local tier keeps no more than the whole log: ``local.retention.*`` is -2
     (the total), or a limit within ``retention.*`` when that is limited (Kafka's
     ``validateRemoteStorageRetentionSize``/``Time``). ``source(name)`` says where a value came from."""
-    for total, local in (("retention.bytes", "local.retention.bytes"), ("retention.ms", "local.retention.ms")):
+    for total, local in _LOCAL_RETENTION:
         total_value, local_value = values[total], values[local]
         assert isinstance(total_value, int) and isinstance(local_value, int)
         if total_value < 0 or local_value == -2:

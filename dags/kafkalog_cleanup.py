@@ -106,7 +106,7 @@ def _cycle() -> None:
               f"{result['deletable_partitions']} of {result['partitions']} partitions; plan {result['plan']}")
         return result
 
-    @maintenance_task
+    @maintenance_task(asset_events=False)  # delete_marked announces the step's changes (kafkalog.airflow.lineage)
     def mark_deleted(planned: dict[str, Any], **context: Any) -> dict[str, Any]:
         """Apply that shard's plan: rename segments to .deleted, advance log start offsets (never more)."""
         result = steps.mark_shard(run_dir(context), str(planned["plan"]))
@@ -117,13 +117,14 @@ def _cycle() -> None:
 
     @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
     def delete_marked(**context: Any) -> dict[str, Any]:
-        """Delete .deleted files and -delete dirs whose file.delete.delay.ms has passed (wall clock)."""
+        """Delete .deleted files and -delete dirs whose file.delete.delay.ms has passed (wall clock);
+        announce what this run's retention changed, one asset event per topic."""
         require_scan(context)
         result = steps.delete_marked(run_dir(context))
         print(f"deleted {result['deleted_files']} files ({result['deleted_bytes']} bytes) and "
               f"{result['deleted_dirs']} topic dirs; {result['waiting_files']} files wait, next due at "
               f"{result['next_due_ms']}")
-        return result
+        return {**result, "asset_events": steps.retention_changes(run_dir(context))}
 
     @maintenance_task(trigger_rule=TriggerRule.ALL_DONE)
     def select_dirtiest_logs(**context: Any) -> dict[str, Any]:

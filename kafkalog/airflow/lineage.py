@@ -7,7 +7,11 @@ scheme no Airflow provider registers, as AIP-60 asks) and the OpenLineage datase
 DAG schedules on a topic with ``schedule=[Asset(topic_asset_uri("orders", "default"))]``.
 
 Each task that changes topics returns ``"topics": {topic: {number: value}}``; these numbers are the
-asset events' ``extra`` and the OpenLineage facet ``kafkalogMaintenance`` alike.
+asset events' ``extra`` and the OpenLineage facet ``kafkalogMaintenance`` alike. The shards of a mapped
+step do not emit asset events: Airflow creates the row of an asset first named by an alias event when
+the emitting task reports success, and of two tasks creating the same new asset at once the one that
+loses the insert is set to failed after its work succeeded. The step's single successor announces the
+step's changes instead, one event per topic (``"asset_events"`` in its result).
 """
 
 from __future__ import annotations
@@ -39,6 +43,14 @@ def changed_topics(result: Any) -> dict[str, dict[str, Any]]:
             raise KafkaLogError(f"a task's result says topic {topic!r} changed by {change!r:.100}: expected an "
                                 "object of numbers")
     return {t: dict(change) for t, change in sorted(topics.items()) if any(change.values())}
+
+
+def announced_topics(result: Any) -> dict[str, dict[str, Any]]:
+    """The topic changes a task emits as asset events: ``asset_events`` when its result has them (it
+    announces a mapped step's changes), else what it changed itself (``topics``)."""
+    if isinstance(result, Mapping) and "asset_events" in result:
+        return changed_topics({"topics": result["asset_events"]})
+    return changed_topics(result)
 
 
 def read_topics(result: Any) -> list[str]:

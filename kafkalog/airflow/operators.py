@@ -230,10 +230,11 @@ class _LineageMixin:
     _kafkalog_result: Mapping[str, Any] | None = None
     _kafkalog_store: str | None = None
 
-    def emit_topic_events(self, context: Context, result: Mapping[str, Any] | None) -> None:
+    def emit_topic_events(self, context: Context, result: Mapping[str, Any] | None, *, assets: bool = True) -> None:
+        """``assets``: emit asset events too (False: OpenLineage only, for a shard of a mapped step)."""
         self._kafkalog_result = result
         self._kafkalog_store = store_of(context).name
-        for topic, change in lineage.changed_topics(result).items():
+        for topic, change in (lineage.announced_topics(result) if assets else {}).items():
             context["outlet_events"][AssetAlias(lineage.TOPICS_ALIAS)].add(
                 Asset(lineage.topic_asset_uri(topic, store_of(context).name)), extra={"task": self.task_id, **change})  # type: ignore[attr-defined]
 
@@ -247,7 +248,8 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
     custom_operator_name = "@maintenance_task"
 
     def __init__(self, *, python_callable: Callable[..., Any], op_args: Sequence[Any] | None,
-                 op_kwargs: Mapping[str, Any] | None, **kwargs: Any) -> None:
+                 op_kwargs: Mapping[str, Any] | None, asset_events: bool = True, **kwargs: Any) -> None:
+        self.asset_events = asset_events
         super().__init__(kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args,
                                              "op_kwargs": op_kwargs},
                          python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
@@ -255,13 +257,15 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
     def execute(self, context: Context) -> Any:
         with failing_fast(context):
             result = super().execute(context)
-        self.emit_topic_events(context, result if isinstance(result, Mapping) else None)
+        self.emit_topic_events(context, result if isinstance(result, Mapping) else None, assets=self.asset_events)
         return result
 
 
 def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:
     """``@task`` for pipeline steps: declares the topics alias as outlet, emits the lineage, and shows
-    the function's docstring as the task's doc (mapped tasks included)."""
+    the function's docstring as the task's doc (mapped tasks included). ``asset_events=False``: the
+    task's changes go to OpenLineage only, a later task announcing them (the shards of a mapped step:
+    see ``kafkalog.airflow.lineage``)."""
     kwargs.setdefault("outlets", [AssetAlias(lineage.TOPICS_ALIAS)])
 
     def decorate(function: Callable[..., Any]) -> TaskDecorator:

@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -359,8 +359,8 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: fl
     shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
     done = retention.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
                                           lock_timeout_s=lock_timeout_s)
-    changes: dict[str, TopicMarked] = {}
-    for topic in sorted({a.topic for a in done.applied}):
+    changes: dict[str, TopicMarked] = {}  # a dry run changes no topic
+    for topic in sorted({a.topic for a in done.applied} if not done.dry_run else ()):
         entries = [a for a in done.applied if a.topic == topic]
         changes[topic] = TopicMarked(sum(len(a.segments) for a in entries), sum(a.bytes for a in entries),
                                      {str(a.partition): a.log_start_offset_after for a in entries})
@@ -375,15 +375,29 @@ def file_delete_deadline_ms(run_dir: Path | str) -> int | None:
     return max(dues) if dues else None
 
 
+def _marks(run_dir: Path | str) -> Iterator[MarkResult]:
+    """The results of this run's ``mark_deleted`` shards that finished."""
+    for path in sorted((Path(run_dir) / "results").glob(f"{MarkResult.STEP}-*.json")):
+        yield MarkResult.from_json(read_json(path), str(path))
+
+
 def _mark_dues(run_dir: Path | str) -> list[int]:
     """When each partition this run marked is due for deletion (its mark time + its topic's delay)."""
-    dues: list[int] = []
-    for path in sorted((Path(run_dir) / "results").glob(f"{MarkResult.STEP}-*.json")):
-        mark = MarkResult.from_json(read_json(path), str(path))
-        if mark.newest_mark_ms is None:  # it marked nothing
-            continue
-        dues += [a.due_ms for a in mark.applied if a.due_ms is not None]  # None: it marked no file
-    return dues
+    return [a.due_ms for mark in _marks(run_dir) for a in mark.applied
+            if a.due_ms is not None]  # None: it marked no file
+
+
+def retention_changes(run_dir: Path | str) -> dict[str, Doc]:
+    """What this run's retention changed per topic, every shard's marks together: the segments and
+    bytes deleted and each partition's new log start offset (``TopicMarked``, as a document)."""
+    merged: dict[str, TopicMarked] = {}
+    for mark in _marks(run_dir):
+        for topic, change in mark.topics.items():
+            was = merged.get(topic, TopicMarked(0, 0, {}))
+            merged[topic] = TopicMarked(was.segments_deleted + change.segments_deleted,
+                                        was.bytes_deleted + change.bytes_deleted,
+                                        {**was.log_start_offsets, **change.log_start_offsets})
+    return {topic: vars(merged[topic]) for topic in sorted(merged)}
 
 
 def file_delete_wait(run_dir: Path | str, *, wall_now_ms: int) -> Doc:

@@ -114,6 +114,26 @@ def test_a_cycle_step_by_step(tmp_path: Path) -> None:
         path.write_text(kept)
 
 
+def test_the_runs_retention_changes_are_one_change_per_topic_whatever_the_shards(tmp_path: Path) -> None:
+    """What ``delete_marked`` announces as asset events: the shards of ``mark_deleted`` emit none (two
+    shards creating the same new asset at once in Airflow's database fail one of them)."""
+    now_ms = int(time.time() * 1000) - 60_000
+    log_dir, run_dir = tmp_path / "logs", tmp_path / "run"
+    build_store(log_dir, now_ms, file_delete_delay_ms=0)
+    scan = steps.scan_partitions(run_dir, _settings(log_dir, now_ms), shard_partitions=1)
+    marks = [steps.mark_shard(run_dir, steps.plan_retention_shard(run_dir, s["path"])["plan"]) for s in scan["shards"]]
+    events = [m["topics"][EVENTS] for m in marks if EVENTS in m["topics"]]
+    assert len(marks) == 5 and len(events) == 2  # events-0 and events-1 marked by two shards
+    changes = steps.retention_changes(run_dir)
+    assert sorted(changes) == [EVENTS, SESSIONS]
+    assert changes[EVENTS] == {"segments_deleted": 10, "bytes_deleted": sum(e["bytes_deleted"] for e in events),
+                               "log_start_offsets": {"0": 100, "1": 100}}
+    assert changes[EVENTS]["bytes_deleted"] > max(e["bytes_deleted"] for e in events) > 0
+    [sessions] = [m["topics"][SESSIONS] for m in marks if SESSIONS in m["topics"]]
+    assert changes[SESSIONS] == sessions and sessions["log_start_offsets"] == {"0": 240}
+    assert steps.retention_changes(tmp_path / "no-marks") == {}
+
+
 def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_path: Path) -> None:
     now_ms = int(time.time() * 1000) - 60_000
     log_dir = tmp_path / "logs"
@@ -124,6 +144,7 @@ def test_a_retried_step_changes_nothing_more_and_a_dry_run_changes_nothing(tmp_p
     plan = steps.plan_retention_shard(dry, scan["shards"][0]["path"])
     mark = steps.mark_shard(dry, plan["plan"])
     assert mark["segments"] == 12 and mark["newest_mark_ms"] is None
+    assert mark["topics"] == {} and steps.retention_changes(dry) == {}  # nothing to announce
     steps.delete_marked(dry)
     steps.select_logs_to_clean(dry)
     assert tree_digest(log_dir) == before

@@ -29,14 +29,14 @@ def _cli_cycle(log_dir: Path, now_ms: int, wall_ms: int) -> None:
     assert done.code == 0, done.err
 
 
-def _asset_events(home: Path) -> dict[str, set[str]]:
-    """Asset URI → the DAGs that emitted events for it, from the run's metadata DB."""
+def _asset_events(home: Path) -> dict[str, list[tuple[str, str]]]:
+    """Asset URI → the (DAG, task) of each event emitted for it, from the run's metadata DB."""
     with sqlite3.connect(home / "airflow.db") as db:
-        rows = db.execute("SELECT asset.uri, asset_event.source_dag_id FROM asset_event "
-                          "JOIN asset ON asset.id = asset_event.asset_id").fetchall()
-    out: dict[str, set[str]] = {}
-    for uri, dag_id in rows:
-        out.setdefault(uri, set()).add(dag_id)
+        rows = db.execute("SELECT asset.uri, asset_event.source_dag_id, asset_event.source_task_id FROM asset_event "
+                          "JOIN asset ON asset.id = asset_event.asset_id ORDER BY asset_event.id").fetchall()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for uri, dag_id, task_id in rows:
+        out.setdefault(uri, []).append((dag_id, task_id))
     return out
 
 
@@ -75,5 +75,6 @@ def test_each_store_has_its_own_cycle_and_only_it_changes(tmp_path: Path) -> Non
     runs = Path(env["KAFKALOG_PIPELINE_DIR"])
     assert sorted(p.name for p in runs.iterdir()) == ["kafkalog_cleanup", "kafkalog_cleanup__store_b"]
     events = _asset_events(home)
-    assert events[f"x-kafkalog://store_b/{EVENTS}"] == {"kafkalog_cleanup__store_b"}
-    assert events[f"x-kafkalog://default/{EVENTS}"] == {"kafkalog_cleanup"}
+    # One event per topic for the run's retention, from delete_marked (the mark shards announce none).
+    assert events[f"x-kafkalog://store_b/{EVENTS}"] == [("kafkalog_cleanup__store_b", "delete_marked")]
+    assert events[f"x-kafkalog://default/{EVENTS}"] == [("kafkalog_cleanup", "delete_marked")]

@@ -9,6 +9,9 @@ PYSPARK_VERSION := 4.3.0
 DEMO_DIR ?= demo-logs
 AIRFLOW_DIR ?= .airflow
 AIRFLOW_PORT ?= 8080
+# The Spark jobs' numba cache for this installation (spark_jobs/compact_logs.py's $KAFKALOG_NUMBA_CACHE_DIR):
+# filled by `make install`, so that the demo's and `make airflow`'s jobs load the kernels, not compile them.
+JOB_NUMBA_CACHE := $(abspath $(VENV))/numba-cache
 
 .PHONY: install system-packages demo airflow test test-fast bench lint clean
 
@@ -23,6 +26,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# some machines, would otherwise have each command compile it again) and fill numba's kernel cache.
 	$(PY) -m compileall -q kafkalog
 	$(PY) -c 'from kafkalog.maintenance.warmup import warm; warm()'
+	NUMBA_CACHE_DIR=$(JOB_NUMBA_CACHE) $(PY) -c 'from kafkalog.maintenance.warmup import warm; warm()'
 	touch $(STAMP)
 
 # Debian packages the tests use: chromium (the UI tests' browser, driven by Playwright) and
@@ -42,22 +46,20 @@ install: system-packages $(STAMP)
 # The demo store, then one whole kafkalog_cleanup cycle run by Airflow (SQLite, LocalExecutor, Spark
 # local[2]) on it, with the cycle's report printed.
 demo: install
-	$(PY) -m devtools.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
+	KAFKALOG_NUMBA_CACHE_DIR="$${KAFKALOG_NUMBA_CACHE_DIR:-$(JOB_NUMBA_CACHE)}" $(PY) -m devtools.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
 
 # The Airflow UI on http://127.0.0.1:8080 (the login is printed) with the demo store under maintenance
 # (or $$KAFKALOG_LOG_DIRS). Ctrl-C stops every component.
 airflow: install
-	$(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
+	KAFKALOG_NUMBA_CACHE_DIR="$${KAFKALOG_NUMBA_CACHE_DIR:-$(JOB_NUMBA_CACHE)}" $(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
 
-# The whole suite, as CI runs it: the tests that start no Airflow or Spark process on every core, then
-# those that do, two modules at a time (one alone leaves the cores idle about half the time, waiting on
-# its engines; each module keeps its own Airflow installation on one worker). Fails if either part
-# fails; both always run.
+# The whole suite, as CI runs it, in one run of three workers, each taking a whole module at a time (a
+# module keeps its own Airflow installation on one worker): the modules that start Airflow or Spark
+# first (tests/conftest.py orders them), the others filling in. The engines' modules wait much of the
+# time (deferrals, retries, delete delays, services starting), so a worker more than the cores keeps
+# them busy.
 test: install
-	@status=0; \
-	$(PY) -m pytest -n auto -m "not airflow and not spark" || status=$$?; \
-	$(PY) -m pytest -n 2 --dist loadfile -m "airflow or spark" --durations=20 || status=$$?; \
-	exit $$status
+	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=20
 
 # Everything that starts no Airflow or Spark process (tests/conftest.py refuses one in an unmarked test),
 # on every core: the inner loop.

@@ -15,8 +15,9 @@ with a recovery-point checkpoint at the log end as a running store has.
   with every task's time;
 * **no-op cycle**: a second run on the 1,000-partition copy, with nothing left to do.
 
-Floors (issue #20): a no-op cycle ≤ 30 s end to end; the largest cycle ≤ the CLI's time + 60 s. Both
-copies end with the same live files (checked).
+Floors: a no-op cycle ≤ 30 s end to end (issue #20); each cycle ≤ the CLI's time + 30 s (issue #37: the
+CLI's apply + sweep + 30 s; its compaction, a fraction of a second here, is counted in the CLI's time).
+Both copies end with the same live files (checked).
 """
 
 from __future__ import annotations
@@ -181,8 +182,8 @@ def main() -> int:
                 cli_s, cli_steps = run_cli(by_cli, int(time.time() * 1000))
                 airflow_s, tasks, _ = run_airflow(airflow, by_airflow)
                 same = live_digest(by_cli) == live_digest(by_airflow)
-                rows.append((f"{partitions} x {args.segments}", cli_s, airflow_s, same, "<= CLI + 60 s",
-                             airflow_s <= cli_s + 60))
+                rows.append((f"{partitions} x {args.segments}", cli_s, airflow_s, same, "<= CLI + 30 s",
+                             airflow_s <= cli_s + 30))
                 task_tables.append((f"{partitions} partitions", cli_steps, tasks))
             idle_s, tasks, _ = run_airflow(airflow, base / f"airflow-{sizes[0]}")
             rows.append((f"no-op, {sizes[0]} x {args.segments}", None, idle_s, True, "<= 30 s", idle_s <= 30))

@@ -12,6 +12,7 @@ part of the plan: its output can be given back as a plan file.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import types
@@ -142,10 +143,21 @@ def plain(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _fields_and_types(kind: type) -> tuple[dict[str, None], dict[str, Any]]:
+    """A dataclass's field names (in order, as dict keys) and their types: resolved once per class, not
+    once per decoded entry (a result holds tens of thousands)."""
+    return dict.fromkeys(f.name for f in fields(kind)), typing.get_type_hints(kind)
+
+
 def decode(kind: Any, value: Any, where: str) -> Any:
     """``value`` (JSON) as ``kind``: a dataclass (exactly its fields, each decoded by its type), tuple[X, ...],
     dict[str, X], int, float, str, bool, or an Optional of one; anything else is a ``PlanError`` naming
     ``where`` and the key inside it."""
+    if kind is int or kind is str:  # the leaves, most of a document's values: no type inspection
+        if isinstance(value, kind) and not isinstance(value, bool):
+            return value
+        raise PlanError(f"{where}: expected {kind.__name__}, not {value!r:.100}")
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -153,9 +165,8 @@ def decode(kind: Any, value: Any, where: str) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return decode(inner, value, where)
     if hasattr(kind, "__dataclass_fields__"):
-        hints = typing.get_type_hints(kind)
-        names = [f.name for f in fields(kind)]
-        if not isinstance(value, dict) or set(value) != set(names):
+        names, hints = _fields_and_types(kind)
+        if not isinstance(value, dict) or value.keys() != names.keys():
             got = sorted(value) if isinstance(value, dict) else type(value).__name__
             raise PlanError(f"{where}: expected the keys {', '.join(names)}, not {got}")
         return kind(**{n: decode(hints[n], value[n], f"{where}.{n}") for n in names})

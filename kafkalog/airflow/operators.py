@@ -257,8 +257,13 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
     def execute(self, context: Context) -> Any:
         with failing_fast(context):
             result = super().execute(context)
-        self.emit_topic_events(context, result if isinstance(result, Mapping) else None, assets=self.asset_events)
-        return result
+        if not isinstance(result, Mapping):
+            self.emit_topic_events(context, None, assets=self.asset_events)
+            return result
+        self.emit_topic_events(context, result, assets=self.asset_events)
+        # The announced changes travel as asset events, not again as XCom (every partition's log start
+        # offset: XCom carries paths and counts).
+        return {k: v for k, v in result.items() if k != "asset_events"}
 
 
 def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:

@@ -154,8 +154,8 @@ def decode(kind: Any, value: Any, where: str) -> Any:
     """``value`` (JSON) as ``kind``: a dataclass (exactly its fields, each decoded by its type), tuple[X, ...],
     dict[str, X], int, float, str, bool, or an Optional of one; anything else is a ``PlanError`` naming
     ``where`` and the key inside it."""
-    if kind is int or kind is str:  # the leaves, most of a document's values: no type inspection
-        if isinstance(value, kind) and not isinstance(value, bool):
+    if kind is int or kind is str or kind is bool:  # the leaves, most of a document's values, first
+        if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
             return value
         raise PlanError(f"{where}: expected {kind.__name__}, not {value!r:.100}")
     origin, args = typing.get_origin(kind), typing.get_args(kind)
@@ -180,9 +180,6 @@ def decode(kind: Any, value: Any, where: str) -> Any:
         return {k: decode(args[1], v, f"{where}[{k}]") for k, v in value.items()}
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    if kind is bool and isinstance(value, bool) or \
-            kind in (int, str) and isinstance(value, kind) and not isinstance(value, bool):
-        return value
     raise PlanError(f"{where}: expected {getattr(kind, '__name__', kind)}, not {value!r:.100}")
 
 

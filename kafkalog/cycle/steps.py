@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 from kafkalog.cycle import compaction, retention
 from kafkalog.cycle.documents import Doc, PartitionError, read_json, write_json
 from kafkalog.cycle.results import (
+    AppliedMark,
     MarkResult,
     ScanResult,
     SelectResult,
@@ -359,11 +360,7 @@ def mark_shard(run_dir: Path | str, plan_path: Path | str, *, lock_timeout_s: fl
     shard = int(Path(plan_path).stem.rsplit("-", 1)[-1])
     done = retention.apply_retention_plan(settings.store(), plan, run_id=settings.run_id, dry_run=settings.dry_run,
                                           lock_timeout_s=lock_timeout_s)
-    changes: dict[str, TopicMarked] = {}  # a dry run changes no topic
-    for topic in sorted({a.topic for a in done.applied} if not done.dry_run else ()):
-        entries = [a for a in done.applied if a.topic == topic]
-        changes[topic] = TopicMarked(sum(len(a.segments) for a in entries), sum(a.bytes for a in entries),
-                                     {str(a.partition): a.log_start_offset_after for a in entries})
+    changes = _topic_changes(() if done.dry_run else done.applied)  # a dry run changes no topic
     doc = MarkResult(**vars(done), shard=shard, topics=changes).save(run_dir, shard)
     return {k: v for k, v in doc.items() if k not in ("applied", "errors")} | {"errors": len(done.errors)}
 
@@ -387,17 +384,22 @@ def _mark_dues(run_dir: Path | str) -> list[int]:
             if a.due_ms is not None]  # None: it marked no file
 
 
+def _topic_changes(applied: Iterable[AppliedMark]) -> dict[str, TopicMarked]:
+    """Marks per topic, sorted by topic: the segments and bytes deleted and each partition's new log
+    start offset."""
+    by_topic: dict[str, list[AppliedMark]] = {}
+    for a in applied:
+        by_topic.setdefault(a.topic, []).append(a)
+    return {topic: TopicMarked(sum(len(a.segments) for a in entries), sum(a.bytes for a in entries),
+                               {str(a.partition): a.log_start_offset_after for a in entries})
+            for topic, entries in sorted(by_topic.items())}
+
+
 def retention_changes(run_dir: Path | str) -> dict[str, Doc]:
-    """What this run's retention changed per topic, every shard's marks together: the segments and
-    bytes deleted and each partition's new log start offset (``TopicMarked``, as a document)."""
-    merged: dict[str, TopicMarked] = {}
-    for mark in _marks(run_dir):
-        for topic, change in mark.topics.items():
-            was = merged.get(topic, TopicMarked(0, 0, {}))
-            merged[topic] = TopicMarked(was.segments_deleted + change.segments_deleted,
-                                        was.bytes_deleted + change.bytes_deleted,
-                                        {**was.log_start_offsets, **change.log_start_offsets})
-    return {topic: vars(merged[topic]) for topic in sorted(merged)}
+    """What this run's retention changed per topic, every shard's marks together (``TopicMarked``, as a
+    document; a dry run changed nothing)."""
+    changes = _topic_changes(a for mark in _marks(run_dir) if not mark.dry_run for a in mark.applied)
+    return {topic: vars(change) for topic, change in changes.items()}
 
 
 def file_delete_wait(run_dir: Path | str, *, wall_now_ms: int) -> Doc:

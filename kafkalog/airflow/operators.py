@@ -257,13 +257,13 @@ class _MaintenanceTaskOperator(_LineageMixin, DecoratedOperator, PythonOperator)
     def execute(self, context: Context) -> Any:
         with failing_fast(context):
             result = super().execute(context)
-        if not isinstance(result, Mapping):
-            self.emit_topic_events(context, None, assets=self.asset_events)
+        doc = result if isinstance(result, Mapping) else None
+        self.emit_topic_events(context, doc, assets=self.asset_events)
+        if doc is None or "asset_events" not in doc:
             return result
-        self.emit_topic_events(context, result, assets=self.asset_events)
         # The announced changes travel as asset events, not again as XCom (every partition's log start
         # offset: XCom carries paths and counts).
-        return {k: v for k, v in result.items() if k != "asset_events"}
+        return {k: v for k, v in doc.items() if k != "asset_events"}
 
 
 def maintenance_task(python_callable: Callable[..., Any] | None = None, **kwargs: Any) -> Any:

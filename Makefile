@@ -12,6 +12,7 @@ AIRFLOW_PORT ?= 8080
 # The Spark jobs' numba cache for this installation (spark_jobs/compact_logs.py's $KAFKALOG_NUMBA_CACHE_DIR):
 # filled by `make install`, so that the demo's and `make airflow`'s jobs load the kernels, not compile them.
 JOB_NUMBA_CACHE := $(abspath $(VENV))/numba-cache
+JOB_ENV := KAFKALOG_NUMBA_CACHE_DIR="$${KAFKALOG_NUMBA_CACHE_DIR:-$(JOB_NUMBA_CACHE)}"
 
 .PHONY: install system-packages demo airflow test test-fast bench lint clean
 
@@ -46,12 +47,12 @@ install: system-packages $(STAMP)
 # The demo store, then one whole kafkalog_cleanup cycle run by Airflow (SQLite, LocalExecutor, Spark
 # local[2]) on it, with the cycle's report printed.
 demo: install
-	KAFKALOG_NUMBA_CACHE_DIR="$${KAFKALOG_NUMBA_CACHE_DIR:-$(JOB_NUMBA_CACHE)}" $(PY) -m devtools.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
+	$(JOB_ENV) $(PY) -m devtools.airflow_local demo --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR)
 
 # The Airflow UI on http://127.0.0.1:8080 (the login is printed) with the demo store under maintenance
 # (or $$KAFKALOG_LOG_DIRS). Ctrl-C stops every component.
 airflow: install
-	KAFKALOG_NUMBA_CACHE_DIR="$${KAFKALOG_NUMBA_CACHE_DIR:-$(JOB_NUMBA_CACHE)}" $(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
+	$(JOB_ENV) $(PY) -m devtools.airflow_local serve --dir $(DEMO_DIR) --airflow-home $(AIRFLOW_DIR) --port $(AIRFLOW_PORT)
 
 # The whole suite, as CI runs it, in one run of three workers, each taking a whole module at a time (a
 # module keeps its own Airflow installation on one worker): the modules that start Airflow or Spark

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
+import functools
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,11 +82,45 @@ def atomic_write_bytes(path: StrPath, data: bytes, *, durable_rename: bool = Tru
         fsync_dir(target.parent)
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write_synced(path: Path, data: bytes, *, fsync: bool = True) -> None:
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            os.fsync(f.fileno())
+
+
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    """Linux's ``syncfs(2)`` (every file of one file system written back, its journal committed once), or
+    None where the C library has none."""
+    function = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int]
+    return function
+
+
+def _sync_file_systems(syncfs: Callable[[int], int], directories: Iterable[Path]) -> dict[Path, OSError]:
+    """``syncfs`` once for each file system holding one of ``directories``; the directories whose files it
+    could not make durable, with the error."""
+    synced: dict[int, OSError | None] = {}  # device → the error of its syncfs
+    errors: dict[Path, OSError] = {}
+    for directory in directories:
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            errors[directory] = exc
+            continue
+        try:
+            device = os.fstat(fd).st_dev
+            if device not in synced:
+                number = ctypes.get_errno() if syncfs(fd) != 0 else 0
+                synced[device] = OSError(number, f"syncfs: {os.strerror(number)}", str(directory)) if number else None
+            if (error := synced[device]) is not None:
+                errors[directory] = error
+        finally:
+            os.close(fd)
+    return errors
 
 
 def fsync_dir(directory: Path) -> None:
@@ -301,13 +337,13 @@ def _truncated_from_start(entries: list[tuple[int, int]], start_offset: int) -> 
 class LeaderEpochBatch:
     """The leader-epoch truncations of many partitions (``truncate_from_start`` then ``truncate_from_end``,
     as ``swap.align_leader_epochs`` makes them one at a time), written together by ``commit``: every new
-    file is written, then all are fsynced at once, which the file system commits together rather than
-    one journal commit per file (group commit), and only then is each renamed over its old file, as a
-    lone write renames it once it is durable. Whoever stages a partition's truncation holds that
+    file is written, then all are made durable at once (one ``syncfs`` per file system: group commit,
+    not one journal commit per file), and only then is each renamed over its old file, as a lone write
+    renames it once it is durable. Whoever stages a partition's truncation holds that
     partition's lock until ``commit`` returns. Until then the old files stay, as after a crash before a
     lone write: every load truncates them again from the log start offset."""
 
-    _FSYNC_THREADS = 16  # concurrent fsyncs are what the file system can commit together
+    _FSYNC_THREADS = 16  # where there is no syncfs: concurrent fsyncs the file system can commit together
 
     def __init__(self) -> None:
         self._staged: list[tuple[Path, bytes, bool]] = []  # (checkpoint, its new content, durable rename)
@@ -327,21 +363,8 @@ class LeaderEpochBatch:
         """Write every staged file; returns the checkpoints that could not be written (their old file
         stays), with the error."""
         staged, self._staged = self._staged, []
+        written = self._write_durably(staged)
         failed: list[tuple[Path, OSError]] = []
-
-        def write(item: tuple[Path, bytes, bool]) -> OSError | None:
-            tmp = item[0].with_name(item[0].name + TMP_SUFFIX)
-            try:
-                _write_synced(tmp, item[1])
-            except OSError as exc:
-                with contextlib.suppress(OSError):  # the error to report is the write's
-                    tmp.unlink(missing_ok=True)
-                return exc
-            return None
-
-        with ThreadPoolExecutor(min(self._FSYNC_THREADS, len(staged) or 1),
-                                thread_name_prefix="kafkalog-epoch-flush") as pool:
-            written = list(pool.map(write, staged))
         for (path, _, durable), error in zip(staged, written, strict=True):
             try:
                 if error is not None:
@@ -350,8 +373,33 @@ class LeaderEpochBatch:
                 if durable:
                     fsync_dir(path.parent)
             except OSError as exc:
+                with contextlib.suppress(OSError):  # the error to report is the write's
+                    path.with_name(path.name + TMP_SUFFIX).unlink(missing_ok=True)
                 failed.append((path, exc))
         return failed
+
+    def _write_durably(self, staged: list[tuple[Path, bytes, bool]]) -> list[OSError | None]:
+        """Each staged file's ``.tmp`` written and on disk before anything is renamed over the old file; the
+        error of each (None: written). One ``syncfs`` per file system makes them durable together: an fsync
+        of each new file would commit the file system's journal once per file (and with it every rename
+        the marking made meanwhile), which bounds how fast partitions can be marked."""
+        syncfs = _syncfs()
+
+        def write(item: tuple[Path, bytes, bool]) -> OSError | None:
+            try:
+                _write_synced(item[0].with_name(item[0].name + TMP_SUFFIX), item[1], fsync=syncfs is None)
+            except OSError as exc:
+                return exc
+            return None
+
+        if syncfs is None:
+            with ThreadPoolExecutor(min(self._FSYNC_THREADS, len(staged) or 1),
+                                    thread_name_prefix="kafkalog-epoch-flush") as pool:
+                return list(pool.map(write, staged))
+        written = [write(item) for item in staged]
+        unsynced = _sync_file_systems(syncfs, {path.parent for (path, _, _), error in zip(staged, written, strict=True)
+                                               if error is None})
+        return [error or unsynced.get(path.parent) for (path, _, _), error in zip(staged, written, strict=True)]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import ctypes
+import errno
 import os
 import stat
 import tempfile
@@ -15,9 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafkalog.errors import KafkaLogError
+from kafkalog.log import checkpoint
 from kafkalog.log.checkpoint import (
+    TMP_SUFFIX,
     ZERO_TOPIC_ID,
     CheckpointError,
+    LeaderEpochBatch,
     LeaderEpochFileCache,
     atomic_write_bytes,
     new_topic_id,
@@ -426,3 +431,55 @@ def test_failed_replace_keeps_old_file_and_removes_tmp(
         write_offset_checkpoint(path, {("t", 0): 5})
     assert path.read_bytes() == b"0\n0\n"
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def _staged_epoch_batch(tmp_path: Path, partitions: int) -> tuple[LeaderEpochBatch, list[Path]]:
+    """A batch truncating ``partitions`` partitions' epochs [(0, 0), (1, 50), (2, 90)] from offset 60."""
+    batch, paths = LeaderEpochBatch(), []
+    for i in range(partitions):
+        directory = tmp_path / f"t-{i}"
+        directory.mkdir()
+        write_leader_epoch_checkpoint(directory / "leader-epoch-checkpoint", [(0, 0), (1, 50), (2, 90)])
+        batch.truncate(directory, log_start_offset=60, log_end_offset=100)
+        paths.append(directory / "leader-epoch-checkpoint")
+    return batch, paths
+
+
+def test_a_leader_epoch_batch_is_made_durable_with_one_syncfs_per_file_system(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    syncfs = checkpoint._syncfs()
+    if syncfs is None:
+        pytest.skip("this C library has no syncfs: the batch fsyncs each file (the next test)")
+    calls: list[int] = []
+    monkeypatch.setattr(checkpoint, "_syncfs", lambda: lambda fd: calls.append(fd) or syncfs(fd))
+    batch, paths = _staged_epoch_batch(tmp_path, 5)
+    assert batch.commit() == []
+    assert len(calls) == 1  # five partitions, one file system
+    assert [read_leader_epoch_checkpoint(p) for p in paths] == [[(1, 60), (2, 90)]] * 5
+    assert not list(tmp_path.rglob("*" + TMP_SUFFIX))
+
+
+def test_without_syncfs_a_leader_epoch_batch_fsyncs_each_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(checkpoint, "_syncfs", lambda: None)
+    batch, paths = _staged_epoch_batch(tmp_path, 3)
+    synced: list[int] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or fsync(fd))
+    assert batch.commit() == []
+    assert len(synced) == 3
+    assert [read_leader_epoch_checkpoint(p) for p in paths] == [[(1, 60), (2, 90)]] * 3
+
+
+def test_a_failed_syncfs_renames_nothing_and_reports_every_file_of_its_file_system(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(fd: int) -> int:
+        ctypes.set_errno(errno.EIO)  # what a write-back error gives
+        return -1
+
+    monkeypatch.setattr(checkpoint, "_syncfs", lambda: failing)
+    batch, paths = _staged_epoch_batch(tmp_path, 3)
+    failed = batch.commit()
+    assert [path for path, _ in failed] == paths
+    assert all(error.errno == errno.EIO for _, error in failed)
+    assert [read_leader_epoch_checkpoint(p) for p in paths] == [[(0, 0), (1, 50), (2, 90)]] * 3  # the old files
+    assert not list(tmp_path.rglob("*" + TMP_SUFFIX))

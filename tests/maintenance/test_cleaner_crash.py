@@ -250,10 +250,14 @@ def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None
     def kill_and_recover(case: tuple[int, tuple[str, Callable[[Seen], bool]]]) -> tuple[bool, bool, int]:
         i, (label, trigger) = case
         log_dir = tmp_path / f"kill{i}"
-        shutil.copytree(template, log_dir)
         partition = log_dir / f"{TOPIC}-0"
-        killed, seen = _run(log_dir, trigger)
-        during = killed and seen.first_temp_s is not None  # killed after the cleaner started writing
+        for _ in range(3):  # a kill a loaded machine let the cleaner outrun (its poller starved) is tried again
+            shutil.rmtree(log_dir, ignore_errors=True)
+            shutil.copytree(template, log_dir)
+            killed, seen = _run(log_dir, trigger)
+            during = killed and seen.first_temp_s is not None  # killed after the cleaner started writing
+            if during:
+                break
         in_flight = bool([p for p in partition.iterdir() if p.name.endswith(IN_FLIGHT)])
 
         after = _recover_and_verify(log_dir, partition, label)
@@ -274,7 +278,8 @@ def test_kill_9_during_compaction_recovers_to_old_or_new(tmp_path: Path) -> None
     mid_swap = sum(o[1] for o in outcomes)
     rolled = sum(0 < o[2] < g for o in outcomes)
     print(f"kills: {during} during compaction, {mid_swap} mid-swap, {rolled} between groups")
-    # Time triggers race the cleaner on a loaded machine: most, not all, must land while it writes.
+    # Time triggers race the cleaner on a loaded machine: most, not all, must land while it writes
+    # (each tried up to three times).
     assert during >= 2 * len(triggers) // 3, during
     assert mid_swap >= 3, mid_swap  # kills that left .cleaned/.swap files for recovery to resolve
     assert rolled >= 5, rolled  # kills between groups: some groups new, the others old

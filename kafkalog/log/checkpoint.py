@@ -373,7 +373,7 @@ class LeaderEpochBatch:
                 if durable:
                     fsync_dir(path.parent)
             except OSError as exc:
-                with contextlib.suppress(OSError):  # the error to report is the write's
+                with contextlib.suppress(OSError):  # the error to report is the one above (write, syncfs or rename)
                     path.with_name(path.name + TMP_SUFFIX).unlink(missing_ok=True)
                 failed.append((path, exc))
         return failed
